@@ -1,0 +1,43 @@
+"""Rebuild the papers' tables and figures. `snakemake` builds everything; `snakemake table2`
+builds one artifact. Rules call the CLI (python -m repro run SUITE), so every suite also runs
+without Snakemake. The profile (full on a CUDA GPU, smoke elsewhere) comes from workflow/config.yaml.
+"""
+
+import shlex
+import sys
+from pathlib import Path
+
+configfile: "workflow/config.yaml"
+
+include: "workflow/rules/common.smk"
+
+
+rule all:
+    input:
+        expand(STAMPS / "{suite}.done", suite=SUITES),
+
+
+rule table2:
+    input:
+        STAMPS / "table2.done",
+
+
+rule table3:
+    input:
+        STAMPS / "table3.done",
+
+
+rule run_suite:
+    input:
+        code=suite_code,
+    output:
+        touch(STAMPS / "{suite}.done"),
+    log:
+        LOGS / "{suite}.log",
+    params:
+        profile=PROFILE,
+        python=PYTHON,
+    resources:
+        timing_slot=1,
+    shell:
+        "{params.python} -m repro run {wildcards.suite} --profile {params.profile} 2>&1 | tee {log}"

@@ -1,0 +1,114 @@
+"""2:4 GEMM plumbing: prune + compress a weight for cuSPARSELt through torch, search the
+cuSPARSELt algorithm once per shape and cache it, and fall back to a dense masked GEMM (saying
+why) on CPU, without cuSPARSELt, or at shapes/dtypes cuSPARSELt refuses.
+
+Host cost note (../shared/notes/h100-measurements.md): each eager ``_cslt_sparse_mm`` call spends
+0.6-1.0 ms of host time on an H100; the device-time gain shows only under CUDA-graph replay.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from kernels._common import check_tensor
+from kernels.nm_mask import nm_mask
+
+_ALG_CACHE: dict[tuple, int] = {}
+_CSLT_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def cusparselt_available() -> bool:
+    """True when torch was built with cuSPARSELt and a CUDA device is present."""
+    try:
+        return bool(torch.cuda.is_available() and torch.backends.cusparselt.is_available())
+    except AttributeError:
+        return False
+
+
+def cusparselt_version() -> int | None:
+    try:
+        return torch.backends.cusparselt.version() if torch.backends.cusparselt.is_available() else None
+    except AttributeError:
+        return None
+
+
+def _is_24(mask: torch.Tensor) -> bool:
+    g = mask.reshape(mask.shape[0], -1, 4).sum(-1)
+    return bool((g == 2).all())
+
+
+class Sparse24Weight:
+    """A weight W [out, in] pruned to 2:4 along ``in`` and packed for cuSPARSELt.
+
+    ``linear(x)`` computes ``x @ (W * mask).T`` like ``F.linear``. ``backend`` is "cusparselt" or
+    "dense"; when dense, ``fallback_reason`` says why (and a warning is issued once per weight
+    unless ``quiet``).
+    """
+
+    def __init__(self, weight: torch.Tensor, mask: torch.Tensor | None = None, *, quiet: bool = False) -> None:
+        check_tensor("weight", weight, ndim=2)
+        if weight.shape[1] % 4:
+            raise ValueError(f"weight.shape[1]={weight.shape[1]} is not divisible by 4 (2:4 groups along in)")
+        if mask is None:
+            mask = nm_mask(weight, 2, 4, dim=1)
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask must be bool, got {mask.dtype}")
+        if mask.shape != weight.shape:
+            raise ValueError(f"mask shape {tuple(mask.shape)} != weight shape {tuple(weight.shape)}")
+        if not _is_24(mask):
+            raise ValueError("mask is not 2:4 along dim 1 (every group of 4 must keep exactly 2)")
+        self.shape = tuple(weight.shape)
+        self.dtype = weight.dtype
+        self.mask = mask
+        self.pruned = weight * mask
+        self.fallback_reason = self._why_dense(weight)
+        self.compressed: torch.Tensor | None = None
+        if self.fallback_reason is None:
+            try:
+                self.compressed = torch._cslt_compress(self.pruned)
+            except RuntimeError as e:  # cuSPARSELt refused this shape or dtype
+                self.fallback_reason = f"cuSPARSELt compress failed: {e}".splitlines()[0]
+        if self.fallback_reason and not quiet:
+            warnings.warn(f"Sparse24Weight uses a dense fallback: {self.fallback_reason}", stacklevel=2)
+
+    @property
+    def backend(self) -> str:
+        return "dense" if self.compressed is None else "cusparselt"
+
+    def _why_dense(self, w: torch.Tensor) -> str | None:
+        if not w.is_cuda:
+            return "weight is not on a CUDA device"
+        if not cusparselt_available():
+            return "this torch build has no cuSPARSELt"
+        if w.dtype not in _CSLT_DTYPES:
+            return f"dtype {w.dtype} is not supported here (fp16, bf16)"
+        r, q = w.shape
+        if r % 32 or q % 64:
+            return f"shape {r}x{q}: cuSPARSELt needs out % 32 == 0 and in % 64 == 0"
+        return None
+
+    def alg_id(self, x2d: torch.Tensor) -> int:
+        """Best cuSPARSELt algorithm for this weight and batch size, searched once and cached."""
+        key = (self.shape, x2d.shape[0], self.dtype, x2d.device.index)
+        if key not in _ALG_CACHE:
+            try:
+                found = torch._C._cusparselt.mm_search(self.compressed, x2d.t(), None, None, None, True)
+                _ALG_CACHE[key] = int(found[0] if isinstance(found, tuple) else found)
+            except (AttributeError, RuntimeError, TypeError):
+                _ALG_CACHE[key] = 0
+        return _ALG_CACHE[key]
+
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if x.shape[-1] != self.shape[1]:
+            raise ValueError(f"x has {x.shape[-1]} features, weight expects {self.shape[1]}")
+        if self.compressed is None:
+            return F.linear(x, self.pruned.to(x.dtype), bias)
+        if x.dtype != self.dtype:
+            raise TypeError(f"x dtype {x.dtype} != weight dtype {self.dtype}")
+        x2d = x.reshape(-1, x.shape[-1])
+        y = torch._cslt_sparse_mm(self.compressed, x2d.t(), transpose_result=True, alg_id=self.alg_id(x2d))
+        y = y.reshape(*x.shape[:-1], self.shape[0])
+        return y if bias is None else y + bias

@@ -1,0 +1,108 @@
+"""Command line: ``python -m repro list | run SUITE | compare SUITE``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def _configure_backend() -> None:
+    """Without a CUDA GPU, run the Triton kernels through the interpreter (smoke profile), so
+    the smoke run exercises the same kernels as a GPU run. Must happen before triton loads."""
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def cmd_list(_: argparse.Namespace) -> int:
+    from suites import SUITES, get_suite
+
+    for name in SUITES:
+        mod = get_suite(name)
+        print(f"{name:10s} {mod.PAPER:8s} {mod.TITLE}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    _configure_backend()
+    from repro.results import ResultSet
+    from repro.roofline import measure_ceilings
+    from repro.suite import RunContext, figures_dir, pick_device, pick_profile
+    from suites import get_suite
+
+    mod = get_suite(args.suite)
+    device = pick_device(args.device)
+    profile = pick_profile(args.profile, device)
+    if args.results_dir:
+        os.environ["REPRO_RESULTS_DIR"] = str(Path(args.results_dir).resolve())
+    results = ResultSet(args.suite, mod.ARTIFACT, profile, device)
+    print(f"== {args.suite}: {mod.TITLE} | device={results.prov['device']} profile={profile}", flush=True)
+    ceilings = measure_ceilings(device)
+    print(f"   measured ceilings: copy {ceilings.copy_gbps:.0f} GB/s, {ceilings.gemm_dtype} GEMM "
+          f"{ceilings.gemm_tflops:.1f} TFLOP/s", flush=True)
+    ctx = RunContext(args.suite, mod.ARTIFACT, device, profile, ceilings, results)
+    mod.run(ctx)
+    ctx.add_ceiling_rows()
+    path = results.write()
+    print(f"   wrote {len(results.rows)} rows to {path}")
+    df = results.frame()
+    if not args.no_figure:
+        fig_root = Path(args.figures_dir) if args.figures_dir else figures_dir(device)
+        for p in mod.plot(df, fig_root / args.suite):
+            print(f"   wrote {p}")
+    _print_compare(mod, df)
+    return 0
+
+
+def _print_compare(mod, df) -> None:
+    import pandas as pd
+
+    table = mod.compare(df)
+    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 200):
+        print(f"\n-- paper vs ours: {mod.TITLE} (device={df['device'].iloc[0]}, profile={df['profile'].iloc[0]})")
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from repro.results import load_suite_results
+    from suites import get_suite
+
+    mod = get_suite(args.suite)
+    df = load_suite_results(args.suite, Path(args.results_dir) if args.results_dir else None)
+    if df.empty:
+        print(f"no results for {args.suite} yet; run: python -m repro run {args.suite}", file=sys.stderr)
+        return 1
+    if args.device:
+        df = df[df["device"] == args.device]
+    for (_dev, _prof), part in df.groupby(["device", "profile"], sort=True):
+        _print_compare(mod, part)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="repro", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="list the suites").set_defaults(fn=cmd_list)
+    r = sub.add_parser("run", help="run one suite: check correctness, time, write results and figures")
+    r.add_argument("suite")
+    r.add_argument("--profile", choices=["auto", "smoke", "full"], default="auto",
+                   help="auto: full on a CUDA GPU, smoke (tiny shapes, CPU timer) elsewhere")
+    r.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda if available)")
+    r.add_argument("--results-dir", default=None, help="root of results/ (default: the repo's)")
+    r.add_argument("--figures-dir", default=None, help="folder for figures (default: figures/<device>)")
+    r.add_argument("--no-figure", action="store_true")
+    r.set_defaults(fn=cmd_run)
+    c = sub.add_parser("compare", help="print paper vs ours from stored results")
+    c.add_argument("suite")
+    c.add_argument("--device", default=None, help="device slug, e.g. nvidia-h100-80gb-hbm3 or cpu")
+    c.add_argument("--results-dir", default=None)
+    c.set_defaults(fn=cmd_compare)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.fn(args)

@@ -1,0 +1,101 @@
+"""Published numbers of the reproduced papers, as tidy data.
+
+Each table or figure lives in ``repro/paper_data/<paper>_<artifact>.csv`` with the columns in
+:data:`PAPER_COLUMNS`; ``index.csv`` lists every table and figure of every paper, including those
+whose values are not stated in the text (empty ``file``).
+
+Column conventions:
+
+- ``shape``: the input shape as printed (``x`` separators) for kernel measurements; for model-level
+  results (accuracy, loss, end-to-end speedup) it holds the model label instead, e.g. ``gpt2-124m``.
+- ``metric``: what ``value`` measures; ``*_pm`` metrics are the printed +/- half-widths.
+- ``unit``: the paper's unit as printed (``x`` for ratios); ``dimensionless`` where none is printed.
+- empty strings (not NaN) mark fields that do not apply.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+import pandas as pd
+
+__all__ = ["PAPER_COLUMNS", "INDEX_COLUMNS", "load_paper", "paper_index"]
+
+PAPER_COLUMNS: tuple[str, ...] = (
+    "paper",
+    "artifact",
+    "source",
+    "method",
+    "shape",
+    "dtype",
+    "metric",
+    "value",
+    "unit",
+    "device",
+    "notes",
+)
+INDEX_COLUMNS: tuple[str, ...] = ("paper", "artifact", "source", "title", "file", "status_note")
+
+_PACKAGE = "repro.paper_data"
+_INDEX_FILE = "index.csv"
+
+
+def _read_csv(name: str) -> pd.DataFrame:
+    with resources.files(_PACKAGE).joinpath(name).open("r", encoding="utf-8", newline="") as fh:
+        return pd.read_csv(fh, dtype=str, keep_default_na=False)
+
+
+@lru_cache(maxsize=1)
+def _index() -> pd.DataFrame:
+    df = _read_csv(_INDEX_FILE)
+    if tuple(df.columns) != INDEX_COLUMNS:
+        raise ValueError(f"{_INDEX_FILE}: columns {list(df.columns)} != {list(INDEX_COLUMNS)}")
+    return df
+
+
+@lru_cache(maxsize=1)
+def _all_rows() -> pd.DataFrame:
+    files = [f for f in _index()["file"] if f]
+    frames = []
+    for name in files:
+        df = _read_csv(name)
+        if tuple(df.columns) != PAPER_COLUMNS:
+            raise ValueError(f"{name}: columns {list(df.columns)} != {list(PAPER_COLUMNS)}")
+        frames.append(df)
+    out = pd.concat(frames, ignore_index=True)
+    out["value"] = out["value"].astype(float)
+    return out
+
+
+def paper_index() -> pd.DataFrame:
+    """Every table and figure of every paper (``file`` is empty where no values are stored)."""
+    return _index().copy()
+
+
+def load_paper(artifact: str | None = None, paper: str | None = None) -> pd.DataFrame:
+    """Published rows, optionally filtered by ``artifact`` (``"table2"``) and ``paper`` (``"hu2024"``).
+
+    ``value`` is float; the other columns are strings (empty where not applicable). An artifact name
+    such as ``"table1"`` may exist for several papers; pass ``paper`` to pick one.
+    Raises ValueError for an unknown paper or an artifact with no stored values.
+    """
+    df = _all_rows()
+    if paper is not None:
+        papers = sorted(df["paper"].unique())
+        if paper not in papers:
+            raise ValueError(f"unknown paper {paper!r}; known papers: {', '.join(papers)}")
+        df = df[df["paper"] == paper]
+    if artifact is not None:
+        known = sorted(df["artifact"].unique())
+        if artifact not in known:
+            idx = _index()
+            if paper is not None:
+                idx = idx[idx["paper"] == paper]
+            why = "has no stored values" if artifact in set(idx["artifact"]) else "is unknown"
+            scope = f" of paper {paper!r}" if paper is not None else ""
+            raise ValueError(
+                f"artifact {artifact!r}{scope} {why}; known artifacts with values: {', '.join(known)}"
+            )
+        df = df[df["artifact"] == artifact]
+    return df.reset_index(drop=True).copy()

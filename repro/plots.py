@@ -1,0 +1,75 @@
+"""Matplotlib helpers with one house style: paper values hatched, ours solid, one colour per method."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+STYLE = {
+    "figure.dpi": 110,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "font.size": 9,
+    "legend.frameon": False,
+}
+
+
+def grouped_bars(
+    ax: plt.Axes,
+    groups: list[str],
+    series: dict[str, list[float]],
+    *,
+    hatched: set[str] | frozenset[str] = frozenset(),
+    ylabel: str = "",
+    title: str = "",
+) -> None:
+    """Bars per group, one bar per series; series named in ``hatched`` are drawn hatched (paper)."""
+    n = max(1, len(series))
+    width = 0.8 / n
+    for i, (name, vals) in enumerate(series.items()):
+        xs = [g + (i - (n - 1) / 2) * width for g in range(len(groups))]
+        ax.bar(
+            xs,
+            vals,
+            width,
+            label=name,
+            color=PALETTE[i % len(PALETTE)],
+            hatch="//" if name in hatched else None,
+            alpha=0.55 if name in hatched else 1.0,
+            edgecolor="black",
+            linewidth=0.4,
+        )
+    ax.set_xticks(range(len(groups)), groups, rotation=30, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+
+
+def new_figure(ncols: int = 1, width: float = 5.0, height: float = 3.4) -> tuple[plt.Figure, list[plt.Axes]]:
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
+    for ax in axes[0]:
+        for k, v in STYLE.items():
+            if k == "axes.grid":
+                ax.grid(v, alpha=STYLE["grid.alpha"])
+        ax.spines["top"].set_visible(False)
+        ax.spines["right"].set_visible(False)
+    return fig, list(axes[0])
+
+
+def save(fig: plt.Figure, stem: Path) -> list[Path]:
+    """Write ``stem.png`` and ``stem.svg``; return both paths."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
+    for p in paths:
+        fig.savefig(p)
+    plt.close(fig)
+    return paths

@@ -1,0 +1,86 @@
+"""Where a number came from: device, software versions, commit and command of the run."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import shlex
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(
+            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+@lru_cache(maxsize=1)
+def git_commit() -> str:
+    """Commit hash, suffixed ``-dirty`` when tracked files differ from it; ``unknown`` outside git."""
+    sha = _git("rev-parse", "HEAD")
+    if not sha:
+        return "unknown"
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    return sha + ("-dirty" if dirty else "")
+
+
+def gpu_name(device: torch.device | None = None) -> str | None:
+    if device is not None and device.type != "cuda":
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_name(device)
+
+
+def device_slug(device: torch.device) -> str:
+    """Folder name for results of this device: ``cpu`` or the GPU name, e.g. ``nvidia-h100-80gb-hbm3``."""
+    name = gpu_name(device) if device.type == "cuda" else None
+    if not name:
+        return "cpu"
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def versions() -> dict[str, str]:
+    try:
+        import triton
+
+        triton_v = triton.__version__
+    except ImportError:  # pragma: no cover - triton is a dependency
+        triton_v = "missing"
+    try:
+        cslt = torch.backends.cusparselt.version() if torch.backends.cusparselt.is_available() else None
+    except AttributeError:
+        cslt = None
+    return {
+        "torch": torch.__version__,
+        "triton": triton_v,
+        "cuda": torch.version.cuda or "none",
+        "cusparselt": str(cslt) if cslt is not None else "none",
+        "python": sys.version.split()[0],
+    }
+
+
+def provenance(device: torch.device, command: str | None = None) -> dict[str, str]:
+    """One dict of provenance fields, stored on every result row."""
+    v = versions()
+    return {
+        "git_commit": git_commit(),
+        "device": device_slug(device),
+        "gpu_name": gpu_name(device) or "none",
+        "torch_version": v["torch"],
+        "triton_version": v["triton"],
+        "cuda_version": v["cuda"],
+        "cusparselt_version": v["cusparselt"],
+        "command": command if command is not None else shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }

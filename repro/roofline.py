@@ -1,0 +1,46 @@
+"""Ceilings measured once per run on the device at hand (copy bandwidth, dense GEMM rate), and
+the conversion of a timed op's bytes and FLOPs into GB/s, TFLOP/s and % of those ceilings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from repro.timing import time_fn
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    copy_gbps: float  # device-to-device copy, bytes read + written
+    gemm_tflops: float  # dense GEMM of ``gemm_dtype`` at a large square shape
+    gemm_dtype: str
+    copy_bytes: int
+    gemm_n: int
+
+
+def measure_ceilings(device: torch.device, *, copy_mib: int | None = None, gemm_n: int | None = None) -> Ceilings:
+    """Measure copy bandwidth and dense GEMM rate on ``device`` (small sizes on CPU)."""
+    cuda = device.type == "cuda"
+    copy_mib = copy_mib or (2048 if cuda else 64)
+    gemm_n = gemm_n or (8192 if cuda else 512)
+    n = copy_mib * 2**20 // 4
+    src = torch.randn(n, device=device)
+    dst = torch.empty_like(src)
+    t = time_fn(lambda: dst.copy_(src), device)
+    copy_gbps = 2 * src.numel() * 4 / (t.ms * 1e-3) / 1e9
+    del src, dst
+    dtype = torch.bfloat16 if cuda else torch.float32
+    a = torch.randn(gemm_n, gemm_n, device=device, dtype=dtype)
+    b = torch.randn(gemm_n, gemm_n, device=device, dtype=dtype)
+    t = time_fn(lambda: a @ b, device)
+    tflops = 2 * gemm_n**3 / (t.ms * 1e-3) / 1e12
+    return Ceilings(copy_gbps, tflops, str(dtype).replace("torch.", ""), 2 * n * 4, gemm_n)
+
+
+def gbps(nbytes: int, ms: float) -> float:
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def tflops(flops: float, ms: float) -> float:
+    return flops / (ms * 1e-3) / 1e12

@@ -1,0 +1,45 @@
+"""Timers. GPU: ``triton.testing.do_bench`` (CUDA events, warm-up, L2 flushed between runs,
+median). CPU (smoke profile only): host clock median after warm-up. A timing always says which
+of the two produced it, so CPU numbers are never mixed with GPU numbers."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Timing:
+    ms: float  # median milliseconds per call
+    timer: str  # "cuda-do_bench" or "cpu-perf_counter"
+    reps: int
+
+
+def time_gpu(fn: Callable[[], object], warmup_ms: float = 25.0, rep_ms: float = 100.0) -> Timing:
+    """Median device time of ``fn`` (do_bench flushes L2 before each call)."""
+    import triton.testing
+
+    ms = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
+    return Timing(ms=float(ms), timer="cuda-do_bench", reps=-1)
+
+
+def time_cpu(fn: Callable[[], object], warmup: int = 1, reps: int = 5) -> Timing:
+    """Median host time of ``fn`` on the CPU (smoke profile; not a performance claim)."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return Timing(ms=statistics.median(samples), timer="cpu-perf_counter", reps=reps)
+
+
+def time_fn(fn: Callable[[], object], device: torch.device, **kw: float) -> Timing:
+    if device.type == "cuda":
+        return time_gpu(fn, **kw)
+    return time_cpu(fn)

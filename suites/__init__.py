@@ -1,0 +1,22 @@
+"""One module per paper table or figure. Each defines NAME, PAPER, ARTIFACT, TITLE and
+
+- ``run(ctx: repro.suite.RunContext) -> None``: check correctness, then time, adding rows;
+- ``compare(df: DataFrame) -> DataFrame``: paper vs ours, from the stored rows;
+- ``plot(df: DataFrame, stem: Path) -> list[Path]``: the figure, paper beside ours.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+SUITES: dict[str, str] = {
+    "table2": "suites.table2",
+    "table3": "suites.table3",
+}
+
+
+def get_suite(name: str) -> ModuleType:
+    if name not in SUITES:
+        raise SystemExit(f"unknown suite {name!r}; known suites: {', '.join(SUITES)}")
+    return importlib.import_module(SUITES[name])

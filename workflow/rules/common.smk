@@ -1,0 +1,37 @@
+"""Shared definitions of the workflow: suites, the device folder, the profile, stamp files.
+
+Results live in results/<device>/<suite>.csv, which are committed and merged per profile by the
+CLI; Snakemake tracks a run through a stamp file in .snakemake-runs/ (git-ignored) instead, so it
+never deletes a results file before a job and a fresh clone always rebuilds.
+"""
+
+sys.path.insert(0, str(Path(workflow.basedir)))
+
+from repro.provenance import device_slug  # noqa: E402
+from suites import SUITES  # noqa: E402
+
+
+def _device():
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+DEVICE = _device()
+SLUG = device_slug(DEVICE)
+PROFILE = config.get("profile", "auto")
+if PROFILE == "auto":
+    PROFILE = "full" if DEVICE.type == "cuda" else "smoke"
+if PROFILE not in ("smoke", "full"):
+    raise ValueError(f"config profile must be auto, smoke or full, got {PROFILE!r}")
+PYTHON = shlex.quote(config.get("python") or sys.executable)
+STAMPS = Path(".snakemake-runs") / SLUG / PROFILE
+LOGS = Path("logs") / SLUG / PROFILE
+
+
+def suite_code(wildcards):
+    """A suite reruns when its module, the kernels or the library change."""
+    files = [f"suites/{wildcards.suite}.py", "suites/_common.py"]
+    files += sorted(str(p) for p in Path("kernels").glob("*.py"))
+    files += sorted(str(p) for p in Path("repro").glob("*.py"))
+    return files
