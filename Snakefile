@@ -39,5 +39,7 @@ rule run_suite:
         python=PYTHON,
     resources:
         timing_slot=1,
+    conda:
+        "workflow/envs/repro.yaml"
     shell:
         "{params.python} -m repro run {wildcards.suite} --profile {params.profile} 2>&1 | tee {log}"

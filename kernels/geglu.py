@@ -48,11 +48,6 @@ _SILU = 2
 
 _APPROXIMATIONS = ("none", "tanh")
 
-_INV_SQRT2 = 0.7071067811865476
-_INV_SQRT_2PI = 0.3989422804014327
-_SQRT_2_OVER_PI = 0.7978845608028654
-_TANH_C = 0.044715
-
 # Heuristics (no autotune: it must run quickly under the interpreter).
 # Flat kernel: 1024 elements per program (4 warps) for small problems so there are enough programs
 # to fill the GPU; 4096 elements (8 warps, 16 elements = 32-64 bytes per thread) once each half
@@ -61,7 +56,7 @@ _BIG_PROBLEM = 1 << 22
 # Row-major 2-D kernel: the contiguous (column) axis is vectorised with up to 1024 columns per
 # program; enough rows are stacked to reach the same 1024/4096 elements per program.
 _MAX_BLOCK_N = 1024
-# Intuitive kernel: rows per program (each row is walked in column blocks of up to 1024).
+# Intuitive kernel: rows per program; each row is split into column blocks of up to 1024.
 _INTUITIVE_ROWS = 4
 
 
@@ -77,11 +72,15 @@ def _tanh(x):
 
 @triton.jit
 def _act(x, ACT: tl.constexpr):
-    """act(x) in float32 for ACT in {0: gelu, 1: gelu tanh approximation, 2: silu}."""
+    """act(x) in float32 for ACT in {0: gelu, 1: gelu tanh approximation, 2: silu}.
+
+    Constants are literals (Triton kernels may not read non-constexpr globals):
+    0.70710678 = 1/sqrt(2), 0.39894228 = 1/sqrt(2 pi), 0.79788456 = sqrt(2/pi), 0.044715 (tanh gelu).
+    """
     if ACT == 0:
-        y = 0.5 * x * (1.0 + tl.math.erf(x * _INV_SQRT2))
+        y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
     elif ACT == 1:
-        t = _tanh(_SQRT_2_OVER_PI * (x + _TANH_C * x * x * x))
+        t = _tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))
         y = 0.5 * x * (1.0 + t)
     else:
         y = x * tl.sigmoid(x)
@@ -92,14 +91,14 @@ def _act(x, ACT: tl.constexpr):
 def _act_and_grad(x, ACT: tl.constexpr):
     """(act(x), act'(x)) in float32."""
     if ACT == 0:
-        cdf = 0.5 * (1.0 + tl.math.erf(x * _INV_SQRT2))
+        cdf = 0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476))
         y = x * cdf
-        dy = cdf + x * tl.exp(-0.5 * x * x) * _INV_SQRT_2PI
+        dy = cdf + x * tl.exp(-0.5 * x * x) * 0.3989422804014327
     elif ACT == 1:
         x2 = x * x
-        t = _tanh(_SQRT_2_OVER_PI * (x + _TANH_C * x2 * x))
+        t = _tanh(0.7978845608028654 * (x + 0.044715 * x2 * x))
         y = 0.5 * x * (1.0 + t)
-        dy = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3.0 * _TANH_C * x2)
+        dy = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x2)
     else:
         s = tl.sigmoid(x)
         y = x * s
@@ -186,22 +185,19 @@ def _fwd_intuitive_kernel(
     z_ptr, out_ptr, P, R, stride_zm, stride_zn, stride_om, stride_on,
     ACT: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    # Each program takes ROWS rows i and walks every row across the columns j in blocks of
-    # BLOCK_N: neighbouring lanes read z[i, j] and z[i, j + 1], which are stride_zn elements apart
-    # (P for a column-major z, 1 for a row-major one).
-    cols0 = tl.arange(0, BLOCK_N)
-    for k in range(ROWS):
-        row = tl.program_id(0).to(tl.int64) * ROWS + k
-        if row < P:
-            zrow = z_ptr + row * stride_zm
-            orow = out_ptr + row * stride_om
-            for j0 in range(0, R, BLOCK_N):
-                cols = (j0 + cols0).to(tl.int64)
-                mask = cols < R
-                g = tl.load(zrow + cols * stride_zn, mask=mask, other=0.0).to(tl.float32)
-                u = tl.load(zrow + (cols + R) * stride_zn, mask=mask, other=0.0).to(tl.float32)
-                y = _act(g, ACT) * u
-                tl.store(orow + cols * stride_on, y.to(out_ptr.dtype.element_ty), mask=mask)
+    # Each program takes ROWS rows i and, along each row, one block of BLOCK_N columns j (the grid's
+    # second axis blocks across the columns): neighbouring lanes read z[i, j] and z[i, j + 1], which
+    # are stride_zn elements apart (P for a column-major z, 1 for a row-major one).
+    cols = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row0 = tl.program_id(0).to(tl.int64) * ROWS
+    for k in tl.static_range(ROWS):
+        row = row0 + k
+        mask = cols < tl.where(row < P, R, 0)  # the whole row is masked off past the last row
+        zrow = z_ptr + row * stride_zm
+        g = tl.load(zrow + cols * stride_zn, mask=mask, other=0.0).to(tl.float32)
+        u = tl.load(zrow + (cols + R) * stride_zn, mask=mask, other=0.0).to(tl.float32)
+        y = _act(g, ACT) * u
+        tl.store(out_ptr + row * stride_om + cols * stride_on, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -306,6 +302,20 @@ def _launch_bwd(z: torch.Tensor, dout: torch.Tensor, dz: torch.Tensor, col_major
             )
 
 
+def _launch_intuitive(z: torch.Tensor, out: torch.Tensor, act: int) -> None:
+    r = z.shape[-1] // 2
+    P = z.numel() // (2 * r)
+    z2 = z.view(P, 2 * r)  # a view in both layouts
+    o2 = out.view(P, r)
+    block_n = min(triton.next_power_of_2(r), _MAX_BLOCK_N)
+    warps = 4 if block_n <= 512 else 8
+    with _device_of(z):
+        _fwd_intuitive_kernel[(cdiv(P, _INTUITIVE_ROWS), cdiv(r, block_n))](
+            z2, o2, P, r, z2.stride(0), z2.stride(1), o2.stride(0), o2.stride(1),
+            ACT=act, ROWS=_INTUITIVE_ROWS, BLOCK_N=block_n, num_warps=warps,
+        )
+
+
 def _check_layout(
     name: str, t: torch.Tensor, shape: tuple[int, ...], ref: torch.Tensor, col_major: bool
 ) -> None:
@@ -319,13 +329,19 @@ def _check_layout(
         raise ValueError(f"{name} must be {'column' if col_major else 'row'}-major like z")
 
 
-def _forward_into(z: torch.Tensor, out: torch.Tensor, act: int) -> torch.Tensor:
-    """Run the forward kernel into a preallocated ``out`` in z's layout (z already normalised)."""
+def _forward_into(z: torch.Tensor, out: torch.Tensor, act: int, intuitive: bool = False) -> torch.Tensor:
+    """Run the forward kernel (or the intuitive one) into a preallocated ``out`` in z's layout.
+
+    No validation of z's values: for tests (NaN-poisoned ``out``) and kernel-only benchmarks.
+    """
     col_major = (not z.is_contiguous()) and _is_col_major(z)
     if not (col_major or z.is_contiguous()):
         raise ValueError("z must be row-major or column-major")
     _check_layout("out", out, (*z.shape[:-1], z.shape[-1] // 2), z, col_major)
-    _launch_fwd(z, out, col_major, act)
+    if intuitive:
+        _launch_intuitive(z, out, act)
+    else:
+        _launch_fwd(z, out, col_major, act)
     return out
 
 
@@ -411,18 +427,8 @@ def geglu_intuitive(z: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     if not use_triton(z):
         return geglu_reference(z, approximate).detach()
     z, col_major = _normalize(z)
-    r = z.shape[-1] // 2
-    P = z.numel() // (2 * r)
-    out = _empty(z, r, col_major)
-    z2 = z.view(P, 2 * r)  # a view in both layouts
-    o2 = out.view(P, r)
-    block_n = min(triton.next_power_of_2(r), _MAX_BLOCK_N)
-    warps = 4 if block_n <= 512 else 8
-    with _device_of(z):
-        _fwd_intuitive_kernel[(cdiv(P, _INTUITIVE_ROWS),)](
-            z2, o2, P, r, z2.stride(0), z2.stride(1), o2.stride(0), o2.stride(1),
-            ACT=act, ROWS=_INTUITIVE_ROWS, BLOCK_N=block_n, num_warps=warps,
-        )
+    out = _empty(z, z.shape[-1] // 2, col_major)
+    _launch_intuitive(z, out, act)
     return out
 
 

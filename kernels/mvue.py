@@ -117,8 +117,22 @@ def _mvue_group(x0, x1, x2, x3, u):
 
 
 @triton.jit
-def _mvue24_rows_kernel(x_ptr, out_ptr, mask_ptr, seed, n_groups,
-                        WRITE_MASK: tl.constexpr, BLOCK_G: tl.constexpr):
+def _cast_out(v, out_ptr):
+    """fp32 -> output dtype with round-to-nearest-even. bf16 is rounded by hand: the Triton
+    interpreter truncates fp32 -> bf16 while the GPU rounds to nearest even; after this the
+    final conversion is exact on both."""
+    ty: tl.constexpr = out_ptr.dtype.element_ty
+    if tl.constexpr(ty == tl.bfloat16):
+        b = v.to(tl.uint32, bitcast=True)
+        b = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
+        v = b.to(tl.float32, bitcast=True)
+    return v.to(ty)
+
+
+@triton.jit
+def _mvue24_rows_kernel(
+    x_ptr, out_ptr, mask_ptr, seed, n_groups, WRITE_MASK: tl.constexpr, BLOCK_G: tl.constexpr
+):
     """Groups are 4 contiguous elements (dim is the innermost one): coalesced [BLOCK_G, 4] tiles."""
     pid = tl.program_id(0).to(tl.int64)
     g = pid * BLOCK_G + tl.arange(0, BLOCK_G)
@@ -133,15 +147,24 @@ def _mvue24_rows_kernel(x_ptr, out_ptr, mask_ptr, seed, n_groups,
     u = tl.rand(seed, g)
     o0, o1, o2, o3, k0, k1, k2, k3 = _mvue_group(x0, x1, x2, x3, u)
     o = tl.reshape(tl.join(tl.join(o0, o2), tl.join(o1, o3)), (BLOCK_G, 4))
-    tl.store(out_ptr + offs, o.to(out_ptr.dtype.element_ty), mask=lmask)
+    tl.store(out_ptr + offs, _cast_out(o, out_ptr), mask=lmask)
     if WRITE_MASK:
         k = tl.reshape(tl.join(tl.join(k0, k2), tl.join(k1, k3)), (BLOCK_G, 4))
         tl.store(mask_ptr + offs, k, mask=lmask)
 
 
 @triton.jit
-def _mvue24_strided_kernel(x_ptr, out_ptr, mask_ptr, seed, inner, n_groups_dim, n_iblocks,
-                           WRITE_MASK: tl.constexpr, BLOCK_I: tl.constexpr):
+def _mvue24_strided_kernel(
+    x_ptr,
+    out_ptr,
+    mask_ptr,
+    seed,
+    inner,
+    n_groups_dim,
+    n_iblocks,
+    WRITE_MASK: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+):
     """x viewed as (outer, 4 * n_groups_dim, inner) with inner > 1: the four elements of a group
     are ``inner`` apart; a program handles one (outer, group) row and BLOCK_I inner positions,
     so each of the four loads is coalesced. The uniform index is that of the group in
@@ -160,11 +183,10 @@ def _mvue24_strided_kernel(x_ptr, out_ptr, mask_ptr, seed, inner, n_groups_dim, 
     g = row % n_groups_dim
     u = tl.rand(seed, (o * inner + i) * n_groups_dim + g)
     o0, o1, o2, o3, k0, k1, k2, k3 = _mvue_group(x0, x1, x2, x3, u)
-    ty = out_ptr.dtype.element_ty
-    tl.store(out_ptr + base, o0.to(ty), mask=m)
-    tl.store(out_ptr + base + inner, o1.to(ty), mask=m)
-    tl.store(out_ptr + base + 2 * inner, o2.to(ty), mask=m)
-    tl.store(out_ptr + base + 3 * inner, o3.to(ty), mask=m)
+    tl.store(out_ptr + base, _cast_out(o0, out_ptr), mask=m)
+    tl.store(out_ptr + base + inner, _cast_out(o1, out_ptr), mask=m)
+    tl.store(out_ptr + base + 2 * inner, _cast_out(o2, out_ptr), mask=m)
+    tl.store(out_ptr + base + 3 * inner, _cast_out(o3, out_ptr), mask=m)
     if WRITE_MASK:
         tl.store(mask_ptr + base, k0, mask=m)
         tl.store(mask_ptr + base + inner, k1, mask=m)

@@ -38,8 +38,8 @@ assert TRANSPOSABLE_24_PATTERNS.shape == (90, 4, 4)
 _METHODS = ("exhaustive", "approx2", "reference")
 
 
-def _check(w: torch.Tensor, n: int, m: int) -> None:
-    check_tensor("w", w, dtypes=FLOAT_DTYPES, ndim=2)
+def _check(w: torch.Tensor, n: int, m: int, validate: bool = True) -> None:
+    check_tensor("w", w, dtypes=FLOAT_DTYPES, ndim=2, finite=validate)
     if (n, m) != (2, 4):
         raise ValueError(f"transposable masks are implemented for n=2, m=4 only (got n={n}, m={m})")
     check_divisible("w.shape[0]", w.shape[0], 4, "4x4 tile size")
@@ -76,79 +76,81 @@ def transposable_mask_reference(w: torch.Tensor, n: int = 2, m: int = 4, chunk_r
     return out
 
 
-def transposable_mask_approx2(w: torch.Tensor, n: int = 2, m: int = 4, chunk_tiles: int = 1 << 22) -> torch.Tensor:
-    """Greedy 2-approximation (Hubara et al. 2021) on true 4x4 tiles, vectorised over tiles."""
-    _check(w, n, m)
+def transposable_mask_approx2(
+    w: torch.Tensor, n: int = 2, m: int = 4, chunk_tiles: int = 1 << 22, validate: bool = True
+) -> torch.Tensor:
+    """Greedy 2-approximation (Hubara et al. 2021) on true 4x4 tiles, vectorised over tiles.
+
+    Per tile: sort the 16 magnitudes, then 16 steps that each accept the next entry if its row
+    and column hold fewer than 2. Counts and the kept set live in bit fields of one int32 per
+    tile, so a step is a handful of elementwise ops over all tiles (no gathers, no host syncs).
+    """
+    _check(w, n, m, validate)
     r, c = w.shape
     tiles = _tiles(w.abs()).reshape(-1, 16)
-    out = torch.empty_like(tiles, dtype=torch.bool)
-    ar = torch.arange(16, device=w.device)
-    row_of = ar // 4
-    col_of = ar % 4
+    out = torch.empty(tiles.shape[0], dtype=torch.int32, device=w.device)
     for t0 in range(0, tiles.shape[0], chunk_tiles):
         blk = tiles[t0 : t0 + chunk_tiles]
-        order = blk.argsort(dim=1, descending=True)
-        rows = row_of[order]
-        cols = col_of[order]
-        keep = torch.zeros_like(blk, dtype=torch.bool)
-        rcount = torch.zeros(blk.shape[0], 4, dtype=torch.int8, device=w.device)
-        ccount = torch.zeros_like(rcount)
+        order = blk.argsort(dim=1, descending=True).to(torch.int32)
+        rows2 = (order >> 2) << 1  # bit offset of the entry's row counter (2 bits per row)
+        cols2 = (order & 3) << 1
+        keep = torch.zeros(blk.shape[0], dtype=torch.int32, device=w.device)
+        rcnt = torch.zeros_like(keep)
+        ccnt = torch.zeros_like(keep)
         for k in range(16):
-            rk = rows[:, k : k + 1]
-            ck = cols[:, k : k + 1]
-            ok = (rcount.gather(1, rk) < 2) & (ccount.gather(1, ck) < 2)
-            keep.scatter_(1, order[:, k : k + 1], ok)
-            inc = ok.to(torch.int8)
-            rcount.scatter_add_(1, rk, inc)
-            ccount.scatter_add_(1, ck, inc)
-        _repair(blk, keep)
+            rk, ck = rows2[:, k], cols2[:, k]
+            ok = (((rcnt >> rk) & 3) < 2) & (((ccnt >> ck) & 3) < 2)
+            oki = ok.to(torch.int32)
+            keep |= oki << order[:, k]
+            rcnt += oki << rk
+            ccnt += oki << ck
         out[t0 : t0 + chunk_tiles] = keep
-    return _untile(out, r, c)
+    bits = (out[:, None] >> torch.arange(16, device=w.device, dtype=torch.int32)) & 1
+    keep = bits.bool()
+    _repair(tiles, keep)
+    return _untile(keep, r, c)
 
 
 def _repair(scores: torch.Tensor, keep: torch.Tensor) -> None:
-    """Complete greedy tiles that stalled below 8 entries, in place, by augmenting swaps.
+    """Complete, in place, the greedy tiles that stalled below 8 kept entries.
 
-    A stalled tile has a row i and a column j with fewer than 2 entries (and (i, j) already kept).
-    Swap: drop a kept (k, l) with k != i, l != j, and keep (i, l) and (k, j) if both are free; each
-    swap adds one entry. The best-scoring swap is taken. Any tile still incomplete after that
-    (never seen on data; guarded anyway) gets the exact optimum.
+    A stalled tile has a row i and a column j holding fewer than 2 (with (i, j) already kept).
+    The augmenting swap drops a kept (k, l), k != i, l != j, and keeps (i, l) and (k, j) when both
+    are free; it adds one entry, and the best-scoring swap is taken. Only stalled tiles (rare) are
+    touched: one host sync per round. A tile still incomplete after the rounds (not seen; guarded)
+    gets the exact optimum.
     """
+    cand = torch.arange(16, device=keep.device)
+    ck, cl = cand // 4, cand % 4
     for _ in range(4):
         k4 = keep.view(-1, 4, 4)
-        bad = (k4.sum(2) < 2).any(1)
-        if not bool(bad.any()):
+        ids = ((k4.sum(2) < 2).any(1)).nonzero().squeeze(1)
+        if ids.numel() == 0:
             return
-        ids = bad.nonzero().squeeze(1)
         kb = k4[ids]
-        sb = scores[ids].view(-1, 4, 4)
-        i = (kb.sum(2) < 2).to(torch.int8).argmax(1)
-        j = (kb.sum(1) < 2).to(torch.int8).argmax(1)
-        best = torch.full((len(ids),), -1.0, dtype=sb.dtype, device=keep.device)
-        choice = torch.zeros(len(ids), 2, dtype=torch.long, device=keep.device)
-        n = torch.arange(len(ids), device=keep.device)
-        for kk in range(4):
-            for ll in range(4):
-                kt = torch.full_like(i, kk, dtype=torch.long)
-                lt = torch.full_like(i, ll, dtype=torch.long)
-                valid = (kt != i) & (lt != j) & kb[n, kt, lt] & ~kb[n, i.long(), lt] & ~kb[n, kt, j.long()]
-                gain = sb[n, i.long(), lt] + sb[n, kt, j.long()] - sb[n, kt, lt]
-                take = valid & (gain > best)
-                best = torch.where(take, gain, best)
-                choice[take] = torch.tensor([kk, ll], device=keep.device)
-        ok = best >= 0
-        kk, ll = choice[:, 0], choice[:, 1]
-        il, jl = i.long(), j.long()
-        kb[n[ok], kk[ok], ll[ok]] = False
-        kb[n[ok], il[ok], ll[ok]] = True
-        kb[n[ok], kk[ok], jl[ok]] = True
-        k4[ids] = kb
+        sb = scores[ids].view(-1, 16)
+        i = (kb.sum(2) < 2).to(torch.int8).argmax(1, keepdim=True).long()  # [S, 1]
+        j = (kb.sum(1) < 2).to(torch.int8).argmax(1, keepdim=True).long()
+        flat = kb.reshape(-1, 16)
+        kept_kl = flat.gather(1, (ck * 4 + cl).expand_as(flat))
+        kept_il = flat.gather(1, i * 4 + cl)
+        kept_kj = flat.gather(1, ck * 4 + j)
+        valid = (ck != i) & (cl != j) & kept_kl & ~kept_il & ~kept_kj
+        gain = sb.gather(1, i * 4 + cl) + sb.gather(1, ck * 4 + j) - sb
+        gain = torch.where(valid, gain, torch.full_like(gain, -torch.inf))
+        best = gain.argmax(1, keepdim=True)
+        ok = valid.gather(1, best)
+        bk, bl = best // 4, best % 4
+        flat.scatter_(1, best, ~ok & flat.gather(1, best))
+        flat.scatter_(1, i * 4 + bl, ok | flat.gather(1, i * 4 + bl))
+        flat.scatter_(1, bk * 4 + j, ok | flat.gather(1, bk * 4 + j))
+        keep.view(-1, 16)[ids] = flat
     k4 = keep.view(-1, 4, 4)
     bad = ((k4.sum(2) != 2).any(1) | (k4.sum(1) != 2).any(1)).nonzero().squeeze(1)
-    if len(bad):
+    if bad.numel():
         pats = TRANSPOSABLE_24_PATTERNS.reshape(90, 16).to(keep.device)
         idx = (scores[bad].double() @ pats.double().T).argmax(-1)
-        keep[bad] = pats[idx]
+        keep.view(-1, 16)[bad] = pats[idx]
 
 
 def _exhaustive_triton(w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -168,29 +170,34 @@ def _exhaustive_triton(w: torch.Tensor, out: torch.Tensor | None = None) -> torc
 
 
 def _config(r: int, c: int, elem: int) -> tuple[int, int, int]:
-    """Tile-block shape (tile rows, tile cols) and warps per program.
+    """(tile rows, tile columns, warps) per program.
 
-    Chosen by a sweep on an H100 (scripts/gpu_campaign.py): wide in columns for coalesced rows,
-    a few tile rows for independent loads in flight; small problems get small blocks so that
-    every multiprocessor has work.
+    From the H100 sweep in results/tuning/h100_sweep_1.csv (scripts/gpu_sweep.py): one tile row
+    of 128 tiles (512 columns) per program was best on average over the Table 2 shapes for both
+    dtypes, with 2 warps for 16-bit and 4 warps for 32-bit weights. Narrow weights get a block
+    no wider than their row.
     """
-    tc = 64 if c >= 256 else max(1, 1 << max(0, (c // 4 - 1).bit_length()))
-    tr = 4
-    return tr, min(tc, 64), 4
+    tc = min(128, 1 << max(0, (c // 4 - 1).bit_length()))
+    return 1, tc, 2 if elem == 2 else 4
 
 
-def transposable_mask(w: torch.Tensor, n: int = 2, m: int = 4, method: str = "exhaustive") -> torch.Tensor:
+def transposable_mask(
+    w: torch.Tensor, n: int = 2, m: int = 4, method: str = "exhaustive", validate: bool = True
+) -> torch.Tensor:
     """Transposable n:m mask of a 2-D weight (True = kept).
 
     ``exhaustive`` is optimal (scores all 90 patterns of each tile) and runs the Triton kernel on
     CUDA or under ``TRITON_INTERPRET=1``, else the PyTorch reference; ``approx2`` is Hubara et
     al.'s greedy 2-approximation; ``reference`` forces the PyTorch reference.
+
+    ``validate=False`` skips the NaN/Inf scan of ``w`` (one extra read of W and a host sync);
+    shape, dtype and device are always checked. Use it only on weights known to be finite.
     """
     if method not in _METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {_METHODS}")
-    _check(w, n, m)
+    _check(w, n, m, validate)
     if method == "approx2":
-        return transposable_mask_approx2(w, n, m)
+        return transposable_mask_approx2(w, n, m, validate=False)
     if method == "exhaustive" and use_triton(w):
         return _exhaustive_triton(w)
     return transposable_mask_reference(w, n, m)

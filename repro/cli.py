@@ -41,8 +41,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     results = ResultSet(args.suite, mod.ARTIFACT, profile, device)
     print(f"== {args.suite}: {mod.TITLE} | device={results.prov['device']} profile={profile}", flush=True)
     ceilings = measure_ceilings(device)
-    print(f"   measured ceilings: copy {ceilings.copy_gbps:.0f} GB/s, {ceilings.gemm_dtype} GEMM "
-          f"{ceilings.gemm_tflops:.1f} TFLOP/s", flush=True)
+    print(
+        f"   measured ceilings: copy {ceilings.copy_gbps:.0f} GB/s, {ceilings.gemm_dtype} GEMM "
+        f"{ceilings.gemm_tflops:.1f} TFLOP/s",
+        flush=True,
+    )
     ctx = RunContext(args.suite, mod.ARTIFACT, device, profile, ceilings, results)
     mod.run(ctx)
     ctx.add_ceiling_rows()
@@ -88,8 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="list the suites").set_defaults(fn=cmd_list)
     r = sub.add_parser("run", help="run one suite: check correctness, time, write results and figures")
     r.add_argument("suite")
-    r.add_argument("--profile", choices=["auto", "smoke", "full"], default="auto",
-                   help="auto: full on a CUDA GPU, smoke (tiny shapes, CPU timer) elsewhere")
+    r.add_argument(
+        "--profile",
+        choices=["auto", "smoke", "full"],
+        default="auto",
+        help="auto: full on a CUDA GPU, smoke (tiny shapes, CPU timer) elsewhere",
+    )
     r.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda if available)")
     r.add_argument("--results-dir", default=None, help="root of results/ (default: the repo's)")
     r.add_argument("--figures-dir", default=None, help="folder for figures (default: figures/<device>)")

@@ -4,6 +4,7 @@ the conversion of a timed op's bytes and FLOPs into GB/s, TFLOP/s and % of those
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -27,13 +28,12 @@ def measure_ceilings(device: torch.device, *, copy_mib: int | None = None, gemm_
     n = copy_mib * 2**20 // 4
     src = torch.randn(n, device=device)
     dst = torch.empty_like(src)
-    t = time_fn(lambda: dst.copy_(src), device)
-    copy_gbps = 2 * src.numel() * 4 / (t.ms * 1e-3) / 1e9
-    del src, dst
+    t = time_fn(partial(dst.copy_, src), device)
+    copy_gbps = 2 * n * 4 / (t.ms * 1e-3) / 1e9
     dtype = torch.bfloat16 if cuda else torch.float32
     a = torch.randn(gemm_n, gemm_n, device=device, dtype=dtype)
     b = torch.randn(gemm_n, gemm_n, device=device, dtype=dtype)
-    t = time_fn(lambda: a @ b, device)
+    t = time_fn(partial(torch.matmul, a, b), device)
     tflops = 2 * gemm_n**3 / (t.ms * 1e-3) / 1e12
     return Ceilings(copy_gbps, tflops, str(dtype).replace("torch.", ""), 2 * n * 4, gemm_n)
 

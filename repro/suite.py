@@ -57,10 +57,19 @@ class RunContext:
     def add_ceiling_rows(self) -> None:
         c = self.ceilings
         timer = "cuda-do_bench" if self.device.type == "cuda" else "cpu-perf_counter"
-        self.results.add("ceiling", str(c.copy_bytes), "float32", "copy_bandwidth", c.copy_gbps, "GB/s",
-                         verified=True, timer=timer)
-        self.results.add("ceiling", f"{c.gemm_n}x{c.gemm_n}x{c.gemm_n}", c.gemm_dtype, "gemm_rate",
-                         c.gemm_tflops, "TFLOP/s", verified=True, timer=timer)
+        self.results.add(
+            "ceiling", str(c.copy_bytes), "float32", "copy_bandwidth", c.copy_gbps, "GB/s", verified=True, timer=timer
+        )
+        self.results.add(
+            "ceiling",
+            f"{c.gemm_n}x{c.gemm_n}x{c.gemm_n}",
+            c.gemm_dtype,
+            "gemm_rate",
+            c.gemm_tflops,
+            "TFLOP/s",
+            verified=True,
+            timer=timer,
+        )
 
 
 def figures_dir(device: torch.device) -> Path:

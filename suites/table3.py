@@ -67,14 +67,19 @@ def run(ctx: RunContext) -> None:
         out = fns["ours"]()
         ctx.check(out.stride() == (1, z.shape[0]), f"{label}: ours output is not column-major {out.stride()}")
         nbytes = geglu_bytes(z)
-        bw = {m: ctx.add_bandwidth_rows(m, label, "fp16", nbytes, ctx.time(fn), paper_unit="TB/s")
-              for m, fn in fns.items()}
+        bw = {
+            m: ctx.add_bandwidth_rows(m, label, "fp16", nbytes, ctx.time(fn), paper_unit="TB/s")
+            for m, fn in fns.items()
+        }
         for m in ("ours", "torch_eager"):
             ctx.results.add(m, label, "fp16", "speedup_vs_intuitive", bw[m] / bw[BASELINE], "x", verified=True)
-        ctx.results.add("ours", label, "fp16", "speedup_vs_torch_eager", bw["ours"] / bw["torch_eager"], "x",
-                        verified=True)
-        ctx.log(f"{label:>12s}: ours {bw['ours']:.0f} GB/s ({100 * bw['ours'] / ctx.ceilings.copy_gbps:.0f}% of copy),"
-                f" {bw['ours'] / bw['intuitive']:.1f}x intuitive, {bw['ours'] / bw['torch_eager']:.2f}x torch eager")
+        ctx.results.add(
+            "ours", label, "fp16", "speedup_vs_torch_eager", bw["ours"] / bw["torch_eager"], "x", verified=True
+        )
+        ctx.log(
+            f"{label:>12s}: ours {bw['ours']:.0f} GB/s ({100 * bw['ours'] / ctx.ceilings.copy_gbps:.0f}% of copy),"
+            f" {bw['ours'] / bw['intuitive']:.1f}x intuitive, {bw['ours'] / bw['torch_eager']:.2f}x torch eager"
+        )
 
 
 def compare(df: pd.DataFrame) -> pd.DataFrame:
@@ -82,22 +87,27 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
     pp = paper.pivot_table(index="shape", columns="method", values="value", aggfunc="first")
     thr = pivot_metric(df, "throughput")
     pct = pivot_metric(df, "pct_of_copy")
+    nan = float("nan")
     rows = []
-    for shape in shape_order([s for s, _ in thr.index]):
-        o, q = thr.loc[(shape, "fp16")], pct.loc[(shape, "fp16")]
+    ours = {s for s, _ in thr.index}
+    for shape in shape_order(list(ours | set(pp.index))):
         p = pp.loc[shape] if shape in pp.index else None
-        rows.append({
-            "shape": shape,
-            "paper_intuitive": p["intuitive"] if p is not None else float("nan"),
-            "paper_ours": p["ours"] if p is not None else float("nan"),
-            "paper_ratio": p["ours"] / p["intuitive"] if p is not None else float("nan"),
-            "our_intuitive_TBps": o["intuitive"],
-            "our_ours_TBps": o["ours"],
-            "our_ratio": o["ours"] / o["intuitive"],
-            "ours_vs_torch_eager": o["ours"] / o["torch_eager"],
-            "ours_pct_copy": q["ours"],
-            "eager_pct_copy": q["torch_eager"],
-        })
+        o = thr.loc[(shape, "fp16")] if shape in ours else None
+        q = pct.loc[(shape, "fp16")] if shape in ours else None
+        rows.append(
+            {
+                "shape": shape,
+                "paper_intuitive": p["intuitive"] if p is not None else nan,
+                "paper_ours": p["ours"] if p is not None else nan,
+                "paper_ratio": p["ours"] / p["intuitive"] if p is not None else nan,
+                "our_intuitive_TBps": o["intuitive"] if o is not None else nan,
+                "our_ours_TBps": o["ours"] if o is not None else nan,
+                "our_ratio": o["ours"] / o["intuitive"] if o is not None else nan,
+                "ours_vs_torch_eager": o["ours"] / o["torch_eager"] if o is not None else nan,
+                "ours_pct_copy": q["ours"] if q is not None else nan,
+                "eager_pct_copy": q["torch_eager"] if q is not None else nan,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -105,11 +115,16 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
     table = compare(df)
     fig, (ax1, ax2) = new_figure(ncols=2, width=5.5)
     labels = list(table["shape"])
-    grouped_bars(ax1, labels, {"paper (RTX 3090)": list(table["paper_ratio"]), "ours": list(table["our_ratio"])},
-                 hatched={"paper (RTX 3090)"}, ylabel="ours / intuitive throughput (x)",
-                 title="Column-major GEGLU vs intuitive kernel")
+    grouped_bars(
+        ax1,
+        labels,
+        {"paper (RTX 3090)": list(table["paper_ratio"]), "ours": list(table["our_ratio"])},
+        hatched={"paper (RTX 3090)"},
+        ylabel="ours / intuitive throughput (x)",
+        title="Column-major GEGLU vs intuitive kernel",
+    )
     pct = pivot_metric(df, "pct_of_copy")
-    series = {m: [pct.loc[(s, "fp16")][m] for s in labels] for m in METHODS}
+    series = {m: [pct.loc[(s, "fp16")][m] if (s, "fp16") in pct.index else 0.0 for s in labels] for m in METHODS}
     grouped_bars(ax2, labels, series, ylabel="% of measured copy bandwidth", title="Roofline")
     dev, prof = df["device"].iloc[0], df["profile"].iloc[0]
     fig.suptitle(f"{TITLE}  [{dev}, {prof}]", fontsize=9)

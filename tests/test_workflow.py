@@ -1,0 +1,67 @@
+"""The smoke workflow end to end: the real Snakemake, in a temporary copy of the repo."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from repro.results import read_results
+
+REPO = Path(__file__).resolve().parent.parent
+COPY = ["Snakefile", "workflow", "profiles", "kernels", "repro", "suites"]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("wf")
+    for name in COPY:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(src, work / name)
+    env = {**os.environ, "PYTHONPATH": str(work), "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("REPRO_RESULTS_DIR", None)
+    cmd = [sys.executable, "-m", "snakemake", "all", "--config", "profile=smoke", "--cores", "1"]
+    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return work, proc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suite", ["table2", "table3"])
+def test_smoke_workflow_outputs(smoke_run, suite):
+    work, proc = smoke_run
+    df = read_results(work / "results" / "cpu" / f"{suite}.csv")
+    assert set(df["profile"]) == {"smoke"} and set(df["device"]) == {"cpu"}
+    assert set(df["timer"]) <= {"cpu-perf_counter", ""}
+    assert df["verified"].all()
+    assert df["value"].notna().all() and df["git_commit"].ne("").all()
+    assert {"time", "bandwidth", "pct_of_copy", "throughput"} <= set(df["metric"])
+    assert (df["gpu_name"] == "none").all()
+    for ext in ("png", "svg"):
+        assert (work / "figures" / "cpu" / f"{suite}.{ext}").stat().st_size > 1000
+    log = (work / "logs" / "cpu" / "smoke" / f"{suite}.log").read_text()
+    assert "paper vs ours" in log
+
+
+def test_dry_run_and_lint():
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    dry = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "table2", "table3"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    lint = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert lint.returncode == 0, lint.stdout[-2000:] + lint.stderr[-2000:]
