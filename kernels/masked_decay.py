@@ -64,7 +64,7 @@ def _max_abs(name: str, t: torch.Tensor) -> float:
     """max|t|; raises on NaN/Inf (min/max propagate both), one pass, no temporary."""
     if t.numel() == 0:
         return 0.0
-    lo, hi = torch.aminmax(t)
+    lo, hi = torch.aminmax(t.detach())
     m = max(-float(lo), float(hi))
     if not math.isfinite(m):
         raise ValueError(f"{name} contains NaN or Inf; refusing to compute on non-finite values")
@@ -100,14 +100,14 @@ def masked_decay_(grad: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, 
     copied if so). Same shape, device and float dtype for grad and weight; mask is bool
     (True = kept, not decayed); alpha a finite real.
     """
+    if isinstance(grad, torch.Tensor) and grad.requires_grad:
+        raise ValueError("grad requires grad; masked_decay_ is an in-place, non-differentiable update")
     a = _validate(grad, weight, mask, alpha)
     if not grad.is_contiguous():
         raise ValueError(
             f"grad must be contiguous for the in-place update (shape {tuple(grad.shape)}, "
             f"strides {grad.stride()}); call .contiguous() and assign the result yourself"
         )
-    if grad.requires_grad:
-        raise ValueError("grad requires grad; masked_decay_ is an in-place, non-differentiable update")
     if not use_triton(grad):
         res = masked_decay_reference(grad, weight, mask, a)
         grad.copy_(res)

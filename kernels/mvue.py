@@ -233,7 +233,7 @@ def _validate(x: object, dim: object) -> tuple[torch.Tensor, int, float]:
     if x.numel() == 0:
         return x, d, 0.0
     # one pass gives both the finiteness check (min/max propagate NaN and Inf) and the range
-    lo, hi = torch.aminmax(x)
+    lo, hi = torch.aminmax(x.detach())
     amax = max(-float(lo), float(hi))
     if not math.isfinite(amax):
         raise ValueError("x contains NaN or Inf; refusing to compute on non-finite values")

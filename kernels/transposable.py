@@ -38,8 +38,8 @@ assert TRANSPOSABLE_24_PATTERNS.shape == (90, 4, 4)
 _METHODS = ("exhaustive", "approx2", "reference")
 
 
-def _check(w: torch.Tensor, n: int, m: int, validate: bool = True) -> None:
-    check_tensor("w", w, dtypes=FLOAT_DTYPES, ndim=2, finite=validate)
+def _check(w: torch.Tensor, n: int, m: int, check_finite: bool = True) -> None:
+    check_tensor("w", w, dtypes=FLOAT_DTYPES, ndim=2, finite=check_finite)
     if (n, m) != (2, 4):
         raise ValueError(f"transposable masks are implemented for n=2, m=4 only (got n={n}, m={m})")
     check_divisible("w.shape[0]", w.shape[0], 4, "4x4 tile size")
@@ -77,7 +77,7 @@ def transposable_mask_reference(w: torch.Tensor, n: int = 2, m: int = 4, chunk_r
 
 
 def transposable_mask_approx2(
-    w: torch.Tensor, n: int = 2, m: int = 4, chunk_tiles: int = 1 << 22, validate: bool = True
+    w: torch.Tensor, n: int = 2, m: int = 4, chunk_tiles: int = 1 << 22, check_finite: bool = True
 ) -> torch.Tensor:
     """Greedy 2-approximation (Hubara et al. 2021) on true 4x4 tiles, vectorised over tiles.
 
@@ -85,7 +85,7 @@ def transposable_mask_approx2(
     and column hold fewer than 2. Counts and the kept set live in bit fields of one int32 per
     tile, so a step is a handful of elementwise ops over all tiles (no gathers, no host syncs).
     """
-    _check(w, n, m, validate)
+    _check(w, n, m, check_finite)
     r, c = w.shape
     tiles = _tiles(w.abs()).reshape(-1, 16)
     out = torch.empty(tiles.shape[0], dtype=torch.int32, device=w.device)
@@ -182,7 +182,7 @@ def _config(r: int, c: int, elem: int) -> tuple[int, int, int]:
 
 
 def transposable_mask(
-    w: torch.Tensor, n: int = 2, m: int = 4, method: str = "exhaustive", validate: bool = True
+    w: torch.Tensor, n: int = 2, m: int = 4, method: str = "exhaustive", check_finite: bool = True
 ) -> torch.Tensor:
     """Transposable n:m mask of a 2-D weight (True = kept).
 
@@ -190,14 +190,14 @@ def transposable_mask(
     CUDA or under ``TRITON_INTERPRET=1``, else the PyTorch reference; ``approx2`` is Hubara et
     al.'s greedy 2-approximation; ``reference`` forces the PyTorch reference.
 
-    ``validate=False`` skips the NaN/Inf scan of ``w`` (one extra read of W and a host sync);
+    ``check_finite=False`` skips the NaN/Inf scan of ``w`` (one extra read of W and a host sync);
     shape, dtype and device are always checked. Use it only on weights known to be finite.
     """
     if method not in _METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {_METHODS}")
-    _check(w, n, m, validate)
+    _check(w, n, m, check_finite)
     if method == "approx2":
-        return transposable_mask_approx2(w, n, m, validate=False)
+        return transposable_mask_approx2(w, n, m, check_finite=False)
     if method == "exhaustive" and use_triton(w):
         return _exhaustive_triton(w)
     return transposable_mask_reference(w, n, m)

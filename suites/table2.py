@@ -88,7 +88,7 @@ def run(ctx: RunContext) -> None:
             nbytes = w.numel() * w.element_size() + w.numel()  # read W, write a byte mask
             bw = {}
             for method in METHODS:
-                t = ctx.time(lambda w=w, arg=METHOD_ARG[method]: transposable_mask(w, method=arg, validate=False))
+                t = ctx.time(lambda w=w, arg=METHOD_ARG[method]: transposable_mask(w, method=arg, check_finite=False))
                 bw[method] = ctx.add_bandwidth_rows(method, shape, dname, nbytes, t, paper_unit="TB/s")
             for method in ("exhaustive", "exhaustive_torch"):
                 ctx.results.add(

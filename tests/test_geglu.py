@@ -196,6 +196,16 @@ def test_bad_inputs(fn) -> None:
         fn(torch.tensor(1.0))
 
 
+@pytest.mark.parametrize("fn", ENTRY_POINTS, ids=lambda f: f.__name__)
+def test_check_finite_off_skips_only_the_nan_check(fn) -> None:
+    z = torch.randn(4, 8)
+    z[0, 0] = float("nan")
+    out = fn(z, check_finite=False)  # no error; NaN propagates to its own output element only
+    assert torch.isnan(out[0, 0]) and torch.isfinite(out[1:]).all()
+    with pytest.raises(ValueError, match="divisible"):
+        fn(torch.randn(4, 7), check_finite=False)
+
+
 @pytest.mark.parametrize("fn", [geglu, geglu_intuitive, geglu_reference], ids=lambda f: f.__name__)
 def test_bad_approximate(fn) -> None:
     with pytest.raises(ValueError, match="approximate"):
