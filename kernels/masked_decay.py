@@ -122,9 +122,7 @@ def masked_decay_(grad: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, 
     return grad
 
 
-def masked_decay_reference(
-    grad: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, alpha: float
-) -> torch.Tensor:
+def masked_decay_reference(grad: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, alpha: float) -> torch.Tensor:
     """New tensor ``grad + alpha * weight * (~mask)`` (fp32 math, rounded once to grad's dtype)."""
     a = _validate(grad, weight, mask, alpha)
     g = grad.to(torch.float32)
@@ -132,9 +130,7 @@ def masked_decay_reference(
     return torch.where(mask, g, dec).to(grad.dtype)
 
 
-def masked_decay_bytes(
-    grad: torch.Tensor, weight: torch.Tensor | None = None, mask: torch.Tensor | None = None
-) -> int:
+def masked_decay_bytes(grad: torch.Tensor, weight: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> int:
     """Minimum DRAM traffic of :func:`masked_decay_`: read grad, weight and mask, write grad."""
     n = grad.numel()
     wsize = weight.element_size() if weight is not None else grad.element_size()

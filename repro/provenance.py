@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import re
 import shlex
 import subprocess
@@ -26,7 +27,12 @@ def _git(*args: str) -> str:
 
 @lru_cache(maxsize=1)
 def git_commit() -> str:
-    """Commit hash, suffixed ``-dirty`` when tracked files differ from it; ``unknown`` outside git."""
+    """Commit hash, suffixed ``-dirty`` when tracked files differ from it; ``unknown`` outside git.
+
+    ``REPRO_GIT_COMMIT`` overrides it for copies of the tree without ``.git`` (a remote GPU box).
+    """
+    if os.environ.get("REPRO_GIT_COMMIT"):
+        return os.environ["REPRO_GIT_COMMIT"]
     sha = _git("rev-parse", "HEAD")
     if not sha:
         return "unknown"
@@ -70,6 +76,13 @@ def versions() -> dict[str, str]:
     }
 
 
+def invocation() -> str:
+    """The command line of this process, ``python -m repro ...`` when run as a module."""
+    prog = Path(sys.argv[0]).name
+    head = ["python", "-m", Path(sys.argv[0]).parent.name] if prog == "__main__.py" else [prog]
+    return shlex.join([*head, *sys.argv[1:]])
+
+
 def provenance(device: torch.device, command: str | None = None) -> dict[str, str]:
     """One dict of provenance fields, stored on every result row."""
     v = versions()
@@ -81,6 +94,6 @@ def provenance(device: torch.device, command: str | None = None) -> dict[str, st
         "triton_version": v["triton"],
         "cuda_version": v["cuda"],
         "cusparselt_version": v["cusparselt"],
-        "command": command if command is not None else shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": command if command is not None else invocation(),
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }

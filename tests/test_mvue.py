@@ -82,9 +82,7 @@ def test_non_contiguous_input():
     for x, dim in ((base.t(), 0), (base.t(), 1), (base[:, ::3], 1), (base[::2].t(), 1)):
         assert not x.is_contiguous()
         out, mask = mvue24(x, dim, seed=99, return_mask=True)
-        ref, ref_mask = mvue24_reference(
-            x, dim, u=mvue24_uniforms(99, _n_groups(x), x.device), return_mask=True
-        )
+        ref, ref_mask = mvue24_reference(x, dim, u=mvue24_uniforms(99, _n_groups(x), x.device), return_mask=True)
         assert torch.equal(out, ref) and torch.equal(mask, ref_mask)
         assert torch.equal(out, mvue24(x.contiguous(), dim, seed=99))
 
