@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 python3 -m snakemake --version
 python3 -m snakemake all 2>&1 | tee "$OUT/snakemake.log"
 rc=$?
-TRITON_INTERPRET=0 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_sparse_gemm.py tests/test_masked_decay.py \
+TRITON_INTERPRET=0 python3 -m pytest -q -p no:cacheprovider tests/test_sparse_gemm.py tests/test_masked_decay.py \
     2>&1 | tail -5 | tee -a "$OUT/snakemake.log"
 slug=$(python3 -c "import torch; from repro.provenance import device_slug; print(device_slug(torch.device('cuda')))")
 cp results/"$slug"/table2.csv results/"$slug"/table3.csv figures/"$slug"/table2.png figures/"$slug"/table3.png \
