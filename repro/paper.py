@@ -94,8 +94,6 @@ def load_paper(artifact: str | None = None, paper: str | None = None) -> pd.Data
                 idx = idx[idx["paper"] == paper]
             why = "has no stored values" if artifact in set(idx["artifact"]) else "is unknown"
             scope = f" of paper {paper!r}" if paper is not None else ""
-            raise ValueError(
-                f"artifact {artifact!r}{scope} {why}; known artifacts with values: {', '.join(known)}"
-            )
+            raise ValueError(f"artifact {artifact!r}{scope} {why}; known artifacts with values: {', '.join(known)}")
         df = df[df["artifact"] == artifact]
     return df.reset_index(drop=True).copy()

@@ -29,6 +29,7 @@ def grouped_bars(
     hatched: set[str] | frozenset[str] = frozenset(),
     ylabel: str = "",
     title: str = "",
+    log: bool = False,
 ) -> None:
     """Bars per group, one bar per series; series named in ``hatched`` are drawn hatched (paper)."""
     n = max(1, len(series))
@@ -46,7 +47,9 @@ def grouped_bars(
             edgecolor="black",
             linewidth=0.4,
         )
-    ax.set_xticks(range(len(groups)), groups, rotation=30, ha="right")
+    if log:
+        ax.set_yscale("log")
+    ax.set_xticks(range(len(groups)), groups, rotation=45, ha="right", fontsize=7)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=7)

@@ -114,6 +114,7 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
 def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
     table = compare(df)
     fig, (ax1, ax2) = new_figure(ncols=2, width=5.5)
+    table = table[table["our_ratio"].notna()]
     labels = list(table["shape"])
     grouped_bars(
         ax1,
