@@ -33,8 +33,8 @@ class RunContext:
     def log(self, msg: str) -> None:
         print(f"[{self.suite} {time.perf_counter() - self.started:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    def time(self, fn, **kw: float) -> Timing:
-        return time_fn(fn, self.device, **kw)
+    def time(self, fn, graph: bool = True, **kw: float) -> Timing:
+        return time_fn(fn, self.device, graph=graph, **kw)
 
     def check(self, ok: bool, what: str) -> None:
         """Stop the run (nothing written) unless ``ok``."""

@@ -70,7 +70,8 @@ def time_cpu(fn: Callable[[], object], warmup: int = 1, reps: int = 5) -> Timing
     return Timing(ms=statistics.median(samples), timer="cpu-perf_counter", reps=reps)
 
 
-def time_fn(fn: Callable[[], object], device: torch.device, **kw: float) -> Timing:
+def time_fn(fn: Callable[[], object], device: torch.device, graph: bool = True, **kw: float) -> Timing:
+    """Device-appropriate timer: ``time_gpu`` on CUDA, ``time_cpu`` elsewhere."""
     if device.type == "cuda":
-        return time_gpu(fn, **kw)
+        return time_gpu(fn, graph=graph, **kw)
     return time_cpu(fn)
