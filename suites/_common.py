@@ -30,3 +30,10 @@ def shape_order(shapes: list[str]) -> list[str]:
         return n, s
 
     return sorted(set(shapes), key=key)
+
+
+def cell(table: pd.DataFrame, key: object, column: str) -> float:
+    """``table.loc[key, column]`` or NaN when the row or column is absent."""
+    if table.empty or key not in table.index or column not in table.columns:
+        return float("nan")
+    return float(table.loc[key, column])

@@ -25,7 +25,7 @@ from repro.paper import load_paper
 from repro.plots import grouped_bars, new_figure, save
 from repro.results import shape_str
 from repro.suite import RunContext
-from suites._common import DTYPES, pivot_metric, shape_order
+from suites._common import DTYPES, cell, pivot_metric, shape_order
 
 NAME = "table2"
 PAPER = "hu2024"
@@ -104,32 +104,32 @@ def run(ctx: RunContext) -> None:
 
 
 def compare(df: pd.DataFrame) -> pd.DataFrame:
+    """Paper vs ours per (shape, dtype): throughputs as printed / measured, and the ratios."""
     paper = load_paper(ARTIFACT, PAPER)
     pp = paper.pivot_table(index=["shape", "dtype"], columns="method", values="value", aggfunc="first")
     thr = pivot_metric(df, "throughput")
     pct = pivot_metric(df, "pct_of_copy")
-    nan = float("nan")
-    rows = []
+    same = pivot_metric(df, "pct_of_same_bytes_copy")
     keys = set(thr.index) | set(pp.index)
+    rows = []
     for shape in shape_order([s for s, _ in keys]):
         for dname in ("fp16", "fp32"):
-            if (shape, dname) not in keys:
+            k = (shape, dname)
+            if k not in keys:
                 continue
-            p = pp.loc[(shape, dname)] if (shape, dname) in pp.index else None
-            o = thr.loc[(shape, dname)] if (shape, dname) in thr.index else None
-            q = pct.loc[(shape, dname)] if o is not None else None
             rows.append(
                 {
                     "shape": shape,
                     "dtype": dname,
-                    "paper_approx2": p["approx2"] if p is not None else nan,
-                    "paper_ours": p["exhaustive"] if p is not None else nan,
-                    "paper_ratio": p["exhaustive"] / p["approx2"] if p is not None else nan,
-                    "our_approx2_TBps": o["approx2"] if o is not None else nan,
-                    "our_exhaustive_TBps": o["exhaustive"] if o is not None else nan,
-                    "our_ratio": o["exhaustive"] / o["approx2"] if o is not None else nan,
-                    "ratio_vs_torch_scores": o["exhaustive"] / o["exhaustive_torch"] if o is not None else nan,
-                    "exhaustive_pct_copy": q["exhaustive"] if q is not None else nan,
+                    "paper_approx2": cell(pp, k, "approx2"),
+                    "paper_ours": cell(pp, k, "exhaustive"),
+                    "paper_ratio": cell(pp, k, "exhaustive") / cell(pp, k, "approx2"),
+                    "our_approx2_TBps": cell(thr, k, "approx2"),
+                    "our_exhaustive_TBps": cell(thr, k, "exhaustive"),
+                    "our_ratio": cell(thr, k, "exhaustive") / cell(thr, k, "approx2"),
+                    "ratio_vs_torch_scores": cell(thr, k, "exhaustive") / cell(thr, k, "exhaustive_torch"),
+                    "exhaustive_pct_copy": cell(pct, k, "exhaustive"),
+                    "exhaustive_pct_same_bytes_copy": cell(same, k, "exhaustive"),
                 }
             )
     return pd.DataFrame(rows)

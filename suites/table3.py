@@ -16,7 +16,7 @@ from kernels.geglu import geglu, geglu_bytes, geglu_intuitive
 from repro.paper import load_paper
 from repro.plots import grouped_bars, new_figure, save
 from repro.suite import RunContext
-from suites._common import pivot_metric, shape_order
+from suites._common import cell, pivot_metric, shape_order
 
 NAME = "table3"
 PAPER = "hu2024"
@@ -83,29 +83,28 @@ def run(ctx: RunContext) -> None:
 
 
 def compare(df: pd.DataFrame) -> pd.DataFrame:
+    """Paper vs ours per shape: throughputs as printed / measured, ratios and rooflines."""
     paper = load_paper(ARTIFACT, PAPER)
     pp = paper.pivot_table(index="shape", columns="method", values="value", aggfunc="first")
     thr = pivot_metric(df, "throughput")
     pct = pivot_metric(df, "pct_of_copy")
-    nan = float("nan")
+    same = pivot_metric(df, "pct_of_same_bytes_copy")
     rows = []
-    ours = {s for s, _ in thr.index}
-    for shape in shape_order(list(ours | set(pp.index))):
-        p = pp.loc[shape] if shape in pp.index else None
-        o = thr.loc[(shape, "fp16")] if shape in ours else None
-        q = pct.loc[(shape, "fp16")] if shape in ours else None
+    for shape in shape_order([s for s, _ in thr.index] + list(pp.index)):
+        k = (shape, "fp16")
         rows.append(
             {
                 "shape": shape,
-                "paper_intuitive": p["intuitive"] if p is not None else nan,
-                "paper_ours": p["ours"] if p is not None else nan,
-                "paper_ratio": p["ours"] / p["intuitive"] if p is not None else nan,
-                "our_intuitive_TBps": o["intuitive"] if o is not None else nan,
-                "our_ours_TBps": o["ours"] if o is not None else nan,
-                "our_ratio": o["ours"] / o["intuitive"] if o is not None else nan,
-                "ours_vs_torch_eager": o["ours"] / o["torch_eager"] if o is not None else nan,
-                "ours_pct_copy": q["ours"] if q is not None else nan,
-                "eager_pct_copy": q["torch_eager"] if q is not None else nan,
+                "paper_intuitive": cell(pp, shape, "intuitive"),
+                "paper_ours": cell(pp, shape, "ours"),
+                "paper_ratio": cell(pp, shape, "ours") / cell(pp, shape, "intuitive"),
+                "our_intuitive_TBps": cell(thr, k, "intuitive"),
+                "our_ours_TBps": cell(thr, k, "ours"),
+                "our_ratio": cell(thr, k, "ours") / cell(thr, k, "intuitive"),
+                "ours_vs_torch_eager": cell(thr, k, "ours") / cell(thr, k, "torch_eager"),
+                "ours_pct_copy": cell(pct, k, "ours"),
+                "ours_pct_same_bytes_copy": cell(same, k, "ours"),
+                "eager_pct_copy": cell(pct, k, "torch_eager"),
             }
         )
     return pd.DataFrame(rows)
@@ -125,7 +124,7 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
         title="Column-major GEGLU vs intuitive kernel",
     )
     pct = pivot_metric(df, "pct_of_copy")
-    series = {m: [pct.loc[(s, "fp16")][m] if (s, "fp16") in pct.index else 0.0 for s in labels] for m in METHODS}
+    series = {m: [cell(pct, (s, "fp16"), m) for s in labels] for m in METHODS}
     grouped_bars(ax2, labels, series, ylabel="% of measured copy bandwidth", title="Roofline")
     dev, prof = df["device"].iloc[0], df["profile"].iloc[0]
     fig.suptitle(f"{TITLE}  [{dev}, {prof}]", fontsize=9)
