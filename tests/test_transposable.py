@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import kernels.transposable as transposable_module
 from kernels import (
     TRANSPOSABLE_24_PATTERNS,
     transposable_mask,
@@ -149,9 +150,12 @@ def test_approx2_equals_plain_greedy_loop():
     assert compared > 100
 
 
+@pytest.mark.parametrize("subset", [False, True], ids=["branch-free", "subset"])
 @pytest.mark.parametrize("dist", ["normal", "ties", "heavy"])
-def test_approx2_completes_every_tile(dist):
-    """About 16% of random tiles stall in the greedy; every one must come back complete."""
+def test_approx2_completes_every_tile(dist, subset, monkeypatch):
+    """About 16% of random tiles stall in the greedy; every one must come back complete, on both
+    completion paths (branch-free for small chunks, stalled subset for large ones)."""
+    monkeypatch.setattr(transposable_module, "_SUBSET_REPAIR_TILES", 1 if subset else 1 << 30)
     g = torch.Generator().manual_seed(1)
     w = {
         "normal": lambda: torch.randn(256, 256, generator=g),
