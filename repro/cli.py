@@ -1,4 +1,4 @@
-"""Command line: ``python -m repro list | run SUITE | compare SUITE``."""
+"""Command line: ``python -m repro list | run SUITE | compare SUITE | plot SUITE``."""
 
 from __future__ import annotations
 
@@ -85,6 +85,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plot(args: argparse.Namespace) -> int:
+    """Redraw a suite's figures from stored results, one per device and profile (full preferred)."""
+    from repro.provenance import REPO
+    from repro.results import load_suite_results
+    from suites import get_suite
+
+    mod = get_suite(args.suite)
+    df = load_suite_results(args.suite, Path(args.results_dir) if args.results_dir else None)
+    if df.empty:
+        print(f"no results for {args.suite} yet; run: python -m repro run {args.suite}", file=sys.stderr)
+        return 1
+    for dev, part in df.groupby("device"):
+        prof = "full" if (part["profile"] == "full").any() else "smoke"
+        for p in mod.plot(part[part["profile"] == prof], REPO / "figures" / dev / args.suite):
+            print(f"wrote {p}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="repro", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -107,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--device", default=None, help="device slug, e.g. nvidia-h100-80gb-hbm3 or cpu")
     c.add_argument("--results-dir", default=None)
     c.set_defaults(fn=cmd_compare)
+    pl = sub.add_parser("plot", help="redraw a suite's figures from stored results")
+    pl.add_argument("suite")
+    pl.add_argument("--results-dir", default=None)
+    pl.set_defaults(fn=cmd_plot)
     return p
 
 

@@ -49,10 +49,12 @@ def grouped_bars(
         )
     if log:
         ax.set_yscale("log")
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(lo, hi * (10 if log else 1.3))  # headroom for the legend
     ax.set_xticks(range(len(groups)), groups, rotation=45, ha="right", fontsize=7)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", ncol=2)
 
 
 def new_figure(ncols: int = 1, width: float = 5.0, height: float = 3.4) -> tuple[plt.Figure, list[plt.Axes]]:

@@ -6,6 +6,7 @@ GPU numbers."""
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,8 +50,10 @@ def time_gpu(fn: Callable[[], object], warmup_ms: float = 25.0, rep_ms: float = 
     if graph:
         try:
             g = capture_graph(fn)
-        except RuntimeError:
+        except RuntimeError as e:  # the call syncs with the host or copies from it
             torch.cuda.synchronize()
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            print(f"   note: not capturable in a CUDA graph, timed directly ({first[:120]})", file=sys.stderr)
         else:
             ms = triton.testing.do_bench(g.replay, warmup=warmup_ms, rep=rep_ms, return_mode="median")
             return Timing(ms=float(ms), timer="cuda-graph-do_bench", reps=-1)

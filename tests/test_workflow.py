@@ -65,3 +65,25 @@ def test_dry_run_and_lint():
         [sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
     )
     assert lint.returncode == 0, lint.stdout[-2000:] + lint.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_cli_compare_and_list_on_stored_results(smoke_run):
+    work, _ = smoke_run
+    env = {**os.environ, "PYTHONPATH": str(work), "CUDA_VISIBLE_DEVICES": ""}
+    run = lambda *a: subprocess.run(
+        [sys.executable, "-m", "repro", *a],
+        cwd=work,
+        env=env,  # noqa: E731
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    listed = run("list")
+    assert listed.returncode == 0 and "table2" in listed.stdout and "table3" in listed.stdout
+    cmp = run("compare", "table2", "--results-dir", str(work / "results"))
+    assert cmp.returncode == 0 and "paper vs ours" in cmp.stdout and "30768x8192" in cmp.stdout
+    missing = run("compare", "table2", "--results-dir", str(work / "nowhere"))
+    assert missing.returncode == 1 and "no results" in missing.stderr
+    bad = run("run", "table9")
+    assert bad.returncode != 0 and "unknown suite" in bad.stderr
