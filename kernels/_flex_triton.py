@@ -1,0 +1,159 @@
+"""Triton kernels of FAST's fused mask generation (``flex_mask(method="fast")``).
+
+One pass over the weight per pattern family: load a block of tiles, count |w| >= pivot per
+tile, draw u = Philox(seed, tile) (``tl.rand``), choose the configuration by the same float32
+expression as the reference (``kernels.flex.choose_configs``), select within the tile, write the
+byte mask. Tiles map to program lanes: a program takes one tile row and a block of tiles along
+it, sized so that every program moves a few KB (the "tiles to threads or blocks" heuristic:
+large tiles are spread over many lanes, small tiles get one lane each).
+
+- TBS(4,4): ``_flex_tbs4_triton.py`` (generated; exact selection for every n).
+- TBS(x>=8): wrapped-diagonal heuristic (the n best of the x diagonals {(i, (i+s) mod x)}).
+- Vegeta(m) and n:m: top-n per group of m by rank (ties to the lower index).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.patterns import NM, TBS, Pattern, Vegeta
+
+
+@triton.jit
+def _flex_tbs_circulant_kernel(
+    w_ptr, m_ptr, pivot, seed, n_tile_cols, stride_w, stride_m, X: tl.constexpr, TC: tl.constexpr
+):
+    tr = tl.program_id(0)
+    tc = tl.program_id(1) * TC + tl.arange(0, TC)
+    i = tl.arange(0, X)
+    s = tl.arange(0, X)
+    col = X * tc[:, None, None] + (i[None, :, None] + s[None, None, :]) % X  # [tile, i, s]
+    row = (X * tr + i).to(tl.int64)
+    inb = (tc < n_tile_cols)[:, None, None]
+    x = tl.abs(tl.load(w_ptr + row[None, :, None] * stride_w + col, mask=inb, other=0.0).to(tl.float32))
+    cnt = tl.sum(tl.sum((x >= pivot).to(tl.int32), axis=2), axis=1)  # [tile]
+    lo = cnt // X
+    u = tl.rand(seed, tr * n_tile_cols + tc)
+    n = lo + ((u * X) < (cnt - X * lo).to(tl.float32)).to(tl.int32)
+    score = tl.sum(x, axis=1)  # [tile, s]: weight of each wrapped diagonal
+    a = score[:, :, None]
+    b = score[:, None, :]
+    before = s[None, None, :] < s[None, :, None]
+    rank = tl.sum(((b > a) | ((b == a) & before)).to(tl.int32), axis=2)  # [tile, s]
+    keep = (rank < n[:, None]).to(tl.int8)
+    y = tl.broadcast_to(keep[:, None, :], (TC, X, X))
+    tl.store(m_ptr + row[None, :, None] * stride_m + col, y, mask=inb)
+
+
+@triton.jit
+def _flex_groups_kernel(
+    w_ptr,
+    m_ptr,
+    pivot,
+    seed,
+    n_tile_cols,
+    stride_w,
+    stride_m,
+    G: tl.constexpr,
+    M: tl.constexpr,
+    TT: tl.constexpr,
+    C1: tl.constexpr,
+    C2: tl.constexpr,
+    FIXED_N: tl.constexpr,
+):
+    # one row, TT tiles of G groups of M entries; configurations {0, C1, C2, M} or FIXED_N
+    r = tl.program_id(0).to(tl.int64)
+    t = tl.program_id(1) * TT + tl.arange(0, TT)
+    g = tl.arange(0, G)
+    e = tl.arange(0, M)
+    col = (G * M) * t[:, None, None] + M * g[None, :, None] + e[None, None, :]
+    inb = (t < n_tile_cols)[:, None, None]
+    x = tl.abs(tl.load(w_ptr + r * stride_w + col, mask=inb, other=0.0).to(tl.float32))
+    if FIXED_N >= 0:
+        n = tl.full((TT,), FIXED_N, tl.int32)
+    else:
+        cnt = tl.sum(tl.sum((x >= pivot).to(tl.int32), axis=2), axis=1)  # [tile]
+        # bracket cnt / G (the tile's wanted n) between configurations 0 < C1 < C2 < M; G = unit
+        lo = tl.where(cnt >= M * G, M, tl.where(cnt >= C2 * G, C2, tl.where(cnt >= C1 * G, C1, 0)))
+        hi = tl.where(cnt <= 0, 0, tl.where(cnt <= C1 * G, C1, tl.where(cnt <= C2 * G, C2, M)))
+        u = tl.rand(seed, r.to(tl.int32) * n_tile_cols + t)
+        take = (u * ((hi - lo) * G).to(tl.float32)) < (cnt - lo * G).to(tl.float32)
+        n = tl.where(take, hi, lo)
+    xg = tl.reshape(x, (TT * G, M))
+    a = xg[:, :, None]
+    b = xg[:, None, :]
+    before = e[None, None, :] < e[None, :, None]
+    rank = tl.sum(((b > a) | ((b == a) & before)).to(tl.int32), axis=2)  # [tile*group, e]
+    ng = tl.reshape(tl.broadcast_to(n[:, None], (TT, G)), (TT * G,))
+    keep = tl.reshape((rank < ng[:, None]).to(tl.int8), (TT, G, M))
+    tl.store(m_ptr + r * stride_m + col, keep, mask=inb)
+
+
+def _pow2(v: int) -> bool:
+    return v > 0 and v & (v - 1) == 0
+
+
+def has_fast_kernel(pattern: Pattern) -> bool:
+    """Whether a fused Triton kernel exists for this pattern (else the reference runs)."""
+    if isinstance(pattern, TBS):
+        return pattern.configs == tuple(range(pattern.x + 1)) and (pattern.x == 4 or _pow2(pattern.x))
+    if isinstance(pattern, Vegeta):
+        m = pattern.m
+        default = (0, max(1, m // 4), max(1, m // 2), m)
+        ok_cfg = pattern.configs == tuple(sorted(set(default))) and len(pattern.configs) == 4
+        return ok_cfg and _pow2(m) and _pow2(pattern.tile_len // m)
+    if isinstance(pattern, NM):
+        return _pow2(pattern.m)
+    return False
+
+
+def fast_mask_triton(w: torch.Tensor, pattern: Pattern, pivot: float, seed: int) -> torch.Tensor:
+    """Launch the fused kernel of ``pattern`` (see ``has_fast_kernel``) on a 2-D weight."""
+    if w.stride(1) != 1:
+        w = w.contiguous()
+    r, c = w.shape
+    out = torch.empty(r, c, dtype=torch.bool, device=w.device)
+    m8 = out.view(torch.int8)
+    pivot = float(pivot)
+    if isinstance(pattern, TBS) and pattern.x == 4:
+        from kernels._flex_tbs4_triton import flex_tbs4_kernel
+
+        tcols = c // 4
+        tc = min(128, triton.next_power_of_2(tcols))
+        flex_tbs4_kernel[(r // 4, triton.cdiv(tcols, tc))](
+            w, m8, pivot, seed, r // 4, tcols, w.stride(0), out.stride(0), TC=tc, num_warps=4
+        )
+    elif isinstance(pattern, TBS):
+        x = pattern.x
+        tcols = c // x
+        tc = max(1, min(triton.next_power_of_2(tcols), 4096 // (x * x)))
+        _flex_tbs_circulant_kernel[(r // x, triton.cdiv(tcols, tc))](
+            w, m8, pivot, seed, tcols, w.stride(0), out.stride(0), X=x, TC=tc, num_warps=4
+        )
+    else:
+        if isinstance(pattern, Vegeta):
+            m, g, fixed = pattern.m, pattern.tile_len // pattern.m, -1
+            c1, c2 = pattern.configs[1], pattern.configs[2]
+        else:  # NM
+            m, g, fixed, c1, c2 = pattern.m, 1, pattern.n, 1, 1
+        tcols = c // (g * m)
+        tt = max(1, min(triton.next_power_of_2(tcols), 2048 // (g * m)))
+        _flex_groups_kernel[(r, triton.cdiv(tcols, tt))](
+            w,
+            m8,
+            pivot,
+            seed,
+            tcols,
+            w.stride(0),
+            out.stride(0),
+            G=g,
+            M=m,
+            TT=tt,
+            C1=c1,
+            C2=c2,
+            FIXED_N=fixed,
+            num_warps=4,
+        )
+    return out

@@ -1,0 +1,297 @@
+"""Flexible structured sparsity (flex-SS) patterns as objects.
+
+A pattern cuts a 2-D weight into tiles; every tile picks a configuration n from the pattern's
+configuration set, and a tile with configuration n keeps ``n * unit`` entries laid out by the
+pattern's rule. Readings of the (terse) FAST paper are documented in docs/methods.md:
+
+- ``TBS(x)``: x-by-x tiles; configuration n keeps exactly n per row AND per column of the tile
+  (transposable); configurations 0..x by default. unit = x.
+- ``Vegeta(m, tile_len)``: (1, tile_len) row segments cut into groups of m consecutive entries;
+  every group of a tile keeps the same n (n:m), n from {0, m/4, m/2, m} by default (VEGETA's
+  1:4, 2:4, 4:4 for m=4, plus empty). unit = tile_len / m.
+- ``NM(n, m)``: fixed n:m on (1, m) groups (SR-STE's 2:4). unit = 1, one configuration.
+- ``Unstructured()``: (1, 1) tiles, keep or not. unit = 1.
+
+Each pattern validates a mask (raising with the first offending tile), reports per-tile
+configuration and density, and selects within tiles given each tile's configuration (plain
+PyTorch reference; Triton versions live in ``kernels.flex``).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+from kernels._common import check_divisible
+
+
+class Pattern:
+    """Base class: tile geometry, configuration set, validation and within-tile selection."""
+
+    tile: tuple[int, int]
+    configs: tuple[int, ...]
+    unit: int
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def tile_elems(self) -> int:
+        return self.tile[0] * self.tile[1]
+
+    def kept(self, n: int) -> int:
+        """Entries kept by a tile with configuration ``n``."""
+        return n * self.unit
+
+    def density(self, n: int) -> float:
+        return self.kept(n) / self.tile_elems
+
+    def check_shape(self, shape: tuple[int, ...]) -> None:
+        if len(shape) != 2:
+            raise ValueError(f"{self.name} needs a 2-D weight, got shape {tuple(shape)}")
+        check_divisible("weight rows", shape[0], self.tile[0], f"{self.name} tile height")
+        check_divisible("weight columns", shape[1], self.tile[1], f"{self.name} tile width")
+
+    def tiles(self, w: torch.Tensor) -> torch.Tensor:
+        """[R, C] -> [T, th, tw], tiles in row-major tile order."""
+        self.check_shape(tuple(w.shape))
+        th, tw = self.tile
+        r, c = w.shape
+        return w.reshape(r // th, th, c // tw, tw).permute(0, 2, 1, 3).reshape(-1, th, tw)
+
+    def untile(self, t: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+        th, tw = self.tile
+        r, c = shape
+        return t.reshape(r // th, c // tw, th, tw).permute(0, 2, 1, 3).reshape(r, c)
+
+    def tile_configs(self, mask: torch.Tensor) -> torch.Tensor:
+        """Configuration n of every tile of a valid mask, [T] int64; ValueError on the first invalid tile."""
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask must be bool, got {mask.dtype}")
+        t = self.tiles(mask)
+        n, ok = self._configs_of(t)
+        ok &= torch.isin(n, torch.tensor(self.configs, device=n.device))
+        if not bool(ok.all()):
+            bad = int((~ok).nonzero()[0, 0])
+            tiles_per_row = mask.shape[1] // self.tile[1]
+            r0, c0 = (bad // tiles_per_row) * self.tile[0], (bad % tiles_per_row) * self.tile[1]
+            raise ValueError(
+                f"mask violates {self.name} at tile {bad} (rows {r0}..{r0 + self.tile[0] - 1}, "
+                f"columns {c0}..{c0 + self.tile[1] - 1}): {self._explain(t[bad])}"
+            )
+        return n
+
+    def validate(self, mask: torch.Tensor) -> None:
+        self.tile_configs(mask)
+
+    def tile_density(self, mask: torch.Tensor) -> torch.Tensor:
+        """Kept fraction of every tile, [T] float (the mask need not be valid)."""
+        return self.tiles(mask).flatten(1).float().mean(1)
+
+    def select(self, mags: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        """Within-tile selection: for tiles of magnitudes [T, th, tw] and configurations n [T],
+        the bool mask [T, th, tw] keeping the best layout of each tile's configuration."""
+        raise NotImplementedError
+
+    # subclass hooks
+    def _configs_of(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def _explain(self, tile: torch.Tensor) -> str:
+        return f"kept layout {tile.int().tolist()}"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _check_configs(configs: tuple[int, ...], hi: int, what: str) -> tuple[int, ...]:
+    cs = tuple(sorted(set(int(c) for c in configs)))
+    if not cs or cs[0] < 0 or cs[-1] > hi:
+        raise ValueError(f"{what} configurations must lie in 0..{hi}, got {configs}")
+    return cs
+
+
+def _rank_select(scores: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """Keep the n best entries along the last dim; ties go to the lower index (same rule as the
+    Triton kernels: rank = #greater + #equal-before)."""
+    a = scores.unsqueeze(-1)  # [..., k, 1]: candidate
+    b = scores.unsqueeze(-2)  # [..., 1, k']: others
+    k = scores.shape[-1]
+    before = torch.ones(k, k, dtype=torch.bool, device=scores.device).tril(-1)  # [k, k']: k' < k
+    rank = (b > a).sum(-1) + ((b == a) & before).sum(-1)
+    return rank < n.reshape(*n.shape, *([1] * (scores.dim() - n.dim())))
+
+
+@functools.lru_cache(maxsize=4)
+def regular_patterns(x: int, n: int) -> torch.Tensor:
+    """All x-by-x 0/1 matrices with every row and column sum n, [P, x, x] bool (x <= 4 only)."""
+    if x > 4:
+        raise ValueError("enumeration is for x <= 4 (x=4: 1, 24, 90, 24, 1 patterns)")
+    rows = [r for r in itertools.product((0, 1), repeat=x) if sum(r) == n]
+    out = [torch.tensor(c, dtype=torch.bool) for c in itertools.product(rows, repeat=x)]
+    out = [m for m in out if bool((m.sum(0) == n).all())]
+    return torch.stack(out)
+
+
+@dataclass(frozen=True, repr=False)
+class TBS(Pattern):
+    """Transposable block-wise sparsity: x-by-x tiles, n kept per row and per column."""
+
+    x: int
+    configs: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.x, int) or self.x < 1:
+            raise ValueError(f"TBS tile size must be a positive int, got {self.x!r}")
+        object.__setattr__(self, "configs", _check_configs(self.configs or tuple(range(self.x + 1)), self.x, "TBS"))
+        object.__setattr__(self, "tile", (self.x, self.x))
+        object.__setattr__(self, "unit", self.x)
+
+    @property
+    def name(self) -> str:
+        return f"TBS({self.x},{self.x})"
+
+    def _configs_of(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rs, cs = t.sum(2), t.sum(1)
+        n = rs[:, 0]
+        ok = (rs == n[:, None]).all(1) & (cs == n[:, None]).all(1)
+        return n, ok
+
+    def _explain(self, tile: torch.Tensor) -> str:
+        return f"row sums {tile.sum(1).tolist()}, column sums {tile.sum(0).tolist()} (must all equal one n)"
+
+    def select(self, mags: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        if self.x <= 4:
+            return self._select_exact_small(mags, n)
+        return self._select_circulant(mags, n)
+
+    def _select_exact_small(self, mags: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        """Exact: score every regular pattern of every configuration, best of the tile's n."""
+        x = self.x
+        table = torch.cat([regular_patterns(x, k) for k in range(x + 1)]).to(mags.device)  # [P, x, x]
+        sizes = table.flatten(1).sum(1) // x  # configuration of each pattern
+        scores = mags.flatten(1).double() @ table.flatten(1).double().T  # [T, P]
+        scores = scores.masked_fill(sizes[None, :] != n[:, None], -torch.inf)
+        return table[scores.argmax(1)]
+
+    def _select_circulant(self, mags: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        """Heuristic for x >= 8: keep the n best of the x wrapped diagonals
+        {(i, (i + s) mod x)}; any n of them form an n-regular (transposable) layout."""
+        x = self.x
+        i = torch.arange(x, device=mags.device)
+        cols = (i[:, None] + i[None, :]) % x  # [i, s] -> column
+        diag = mags.gather(2, cols.expand(mags.shape[0], x, x))  # [T, i, s]
+        keep = _rank_select(diag.float().sum(1), n)  # [T, s]
+        out = torch.zeros_like(mags, dtype=torch.bool)
+        out.scatter_(2, cols.expand(mags.shape[0], x, x), keep[:, None, :].expand(-1, x, -1))
+        return out
+
+
+@dataclass(frozen=True, repr=False)
+class Vegeta(Pattern):
+    """Row-wise flexible n:m on (1, tile_len) tiles: every group of m in a tile keeps the same n."""
+
+    m: int
+    tile_len: int = 0
+    configs: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.m, int) or self.m < 1:
+            raise ValueError(f"Vegeta pruning unit must be a positive int, got {self.m!r}")
+        tl = self.tile_len or 16 * self.m
+        if tl % self.m:
+            raise ValueError(f"Vegeta tile_len {tl} is not divisible by the pruning unit m={self.m}")
+        default = (0, max(1, self.m // 4), max(1, self.m // 2), self.m)
+        object.__setattr__(self, "tile_len", tl)
+        object.__setattr__(self, "configs", _check_configs(self.configs or default, self.m, "Vegeta"))
+        object.__setattr__(self, "tile", (1, tl))
+        object.__setattr__(self, "unit", tl // self.m)
+
+    @property
+    def name(self) -> str:
+        return f"Vegeta({self.m})"
+
+    def _groups(self, t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(t.shape[0], self.tile_len // self.m, self.m)
+
+    def _configs_of(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        g = self._groups(t).sum(2)
+        n = g[:, 0]
+        return n, (g == n[:, None]).all(1)
+
+    def _explain(self, tile: torch.Tensor) -> str:
+        return f"kept per group of {self.m}: {self._groups(tile[None]).sum(2)[0].tolist()} (must all equal one n)"
+
+    def select(self, mags: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        g = self._groups(mags)
+        return _rank_select(g, n[:, None]).reshape(mags.shape)
+
+
+@dataclass(frozen=True, repr=False)
+class NM(Pattern):
+    """Fixed n:m sparsity along rows (groups of m consecutive entries keep exactly n)."""
+
+    n: int
+    m: int
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.n, int) and isinstance(self.m, int)) or not 0 <= self.n <= self.m or self.m < 1:
+            raise ValueError(f"NM needs ints 0 <= n <= m, m >= 1; got n={self.n!r}, m={self.m!r}")
+        object.__setattr__(self, "configs", (self.n,))
+        object.__setattr__(self, "tile", (1, self.m))
+        object.__setattr__(self, "unit", 1)
+
+    @property
+    def name(self) -> str:
+        return f"{self.n}:{self.m}"
+
+    def _configs_of(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n = t.flatten(1).sum(1)
+        return n, torch.ones_like(n, dtype=torch.bool)
+
+    def select(self, mags: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        return _rank_select(mags, n[:, None])
+
+
+@dataclass(frozen=True, repr=False)
+class Unstructured(Pattern):
+    """No structure: every entry is its own tile."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "configs", (0, 1))
+        object.__setattr__(self, "tile", (1, 1))
+        object.__setattr__(self, "unit", 1)
+
+    @property
+    def name(self) -> str:
+        return "unstructured"
+
+    def _configs_of(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n = t.flatten(1).sum(1)
+        return n, torch.ones_like(n, dtype=torch.bool)
+
+    def select(self, mags: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        return (n > 0).reshape(-1, 1, 1).expand_as(mags).clone()
+
+
+def parse_pattern(spec: str) -> Pattern:
+    """'TBS(4)', 'TBS(8,8)', 'Vegeta(4)', '2:4', 'unstructured' -> Pattern."""
+    s = spec.replace(" ", "")
+    low = s.lower()
+    if low.startswith("tbs(") and s.endswith(")"):
+        parts = [int(p) for p in s[4:-1].split(",")]
+        if len(parts) == 2 and parts[0] != parts[1]:
+            raise ValueError(f"TBS tiles are square, got {spec!r}")
+        return TBS(parts[0])
+    if low.startswith("vegeta(") and s.endswith(")"):
+        return Vegeta(int(s[7:-1]))
+    if ":" in s:
+        n, m = s.split(":")
+        return NM(int(n), int(m))
+    if low in ("unstructured", "us"):
+        return Unstructured()
+    raise ValueError(f"unknown pattern {spec!r}; e.g. TBS(4), TBS(8,8), Vegeta(4), 2:4, unstructured")
