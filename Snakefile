@@ -27,6 +27,16 @@ rule table3:
         STAMPS / "table3.done",
 
 
+rule figure3:
+    input:
+        STAMPS / "figure3.done",
+
+
+rule pivot_comm:
+    input:
+        STAMPS / "pivot_comm.done",
+
+
 rule run_suite:
     input:
         code=suite_code,

@@ -146,7 +146,6 @@ def flex_mask(
     ``check_finite=False`` skips the NaN/Inf scan (one extra read and a host sync).
     """
     d = _check(w, pattern, density, method, check_finite)
-    budget = round(d * w.numel())
     if pivot is None:
         from kernels.pivot import find_pivot
 
@@ -158,18 +157,21 @@ def flex_mask(
 
         if has_fast_kernel(pattern):
             return fast_mask_triton(w, pattern, pivot, seed)
-    return flex_mask_reference(w, pattern, d, method, seed, pivot, budget)
+    return flex_mask_reference(w, pattern, d, method, seed, pivot)
 
 
 def flex_mask_reference(
-    w: torch.Tensor, pattern: Pattern, density: float, method: str, seed: int, pivot: float, budget: int | None = None
+    w: torch.Tensor, pattern: Pattern, density: float, method: str, seed: int, pivot: float
 ) -> torch.Tensor:
-    """Plain-PyTorch flex-SS mask: tile counts, per-tile configuration by ``method``, selection."""
-    budget = round(density * w.numel()) if budget is None else budget
+    """Plain-PyTorch flex-SS mask: tile counts, per-tile configuration by ``method``, selection.
+
+    The budget of ``w`` is its count of |w| >= pivot: with a pivot shared by many tensors (a
+    whole model), each tensor keeps what the global Top-K gives it; ``density`` is the target
+    the pivot was computed for (used for validation only)."""
     if isinstance(pattern, Unstructured):
         return w.abs() >= pivot
     mags, counts = tile_counts(w, pattern, pivot)
-    n = choose_configs(method, pattern, counts, budget, seed)
+    n = choose_configs(method, pattern, counts, int(counts.sum()), seed)
     return pattern.untile(pattern.select(mags, n), tuple(w.shape))
 
 

@@ -143,8 +143,15 @@ def _bwd_flat_kernel(z_ptr, dout_ptr, dz_ptr, n, ACT: tl.constexpr, BLOCK: tl.co
 
 @triton.jit
 def _fwd_rows_kernel(
-    z_ptr, out_ptr, P, R, stride_z, stride_o,
-    ACT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    z_ptr,
+    out_ptr,
+    P,
+    R,
+    stride_z,
+    stride_o,
+    ACT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -159,8 +166,17 @@ def _fwd_rows_kernel(
 
 @triton.jit
 def _bwd_rows_kernel(
-    z_ptr, dout_ptr, dz_ptr, P, R, stride_z, stride_d, stride_dz,
-    ACT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    z_ptr,
+    dout_ptr,
+    dz_ptr,
+    P,
+    R,
+    stride_z,
+    stride_d,
+    stride_dz,
+    ACT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -182,8 +198,17 @@ def _bwd_rows_kernel(
 
 @triton.jit
 def _fwd_intuitive_kernel(
-    z_ptr, out_ptr, P, R, stride_zm, stride_zn, stride_om, stride_on,
-    ACT: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+    z_ptr,
+    out_ptr,
+    P,
+    R,
+    stride_zm,
+    stride_zn,
+    stride_om,
+    stride_on,
+    ACT: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     # Each program takes ROWS rows i and, along each row, one block of BLOCK_N columns j (the grid's
     # second axis blocks across the columns): neighbouring lanes read z[i, j] and z[i, j + 1], which
@@ -281,9 +306,7 @@ def _launch_fwd(z: torch.Tensor, out: torch.Tensor, col_major: bool, act: int) -
         else:
             bm, bn, warps = _rows_config(P, r)
             grid = (cdiv(P, bm), cdiv(r, bn))
-            _fwd_rows_kernel[grid](
-                z, out, P, r, 2 * r, r, ACT=act, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps
-            )
+            _fwd_rows_kernel[grid](z, out, P, r, 2 * r, r, ACT=act, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps)
 
 
 def _launch_bwd(z: torch.Tensor, dout: torch.Tensor, dz: torch.Tensor, col_major: bool, act: int) -> None:
@@ -297,9 +320,7 @@ def _launch_bwd(z: torch.Tensor, dout: torch.Tensor, dz: torch.Tensor, col_major
         else:
             bm, bn, warps = _rows_config(P, r)
             grid = (cdiv(P, bm), cdiv(r, bn))
-            _bwd_rows_kernel[grid](
-                z, dout, dz, P, r, 2 * r, r, 2 * r, ACT=act, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps
-            )
+            _bwd_rows_kernel[grid](z, dout, dz, P, r, 2 * r, r, 2 * r, ACT=act, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps)
 
 
 def _launch_intuitive(z: torch.Tensor, out: torch.Tensor, act: int) -> None:
@@ -311,14 +332,22 @@ def _launch_intuitive(z: torch.Tensor, out: torch.Tensor, act: int) -> None:
     warps = 4 if block_n <= 512 else 8
     with _device_of(z):
         _fwd_intuitive_kernel[(cdiv(P, _INTUITIVE_ROWS), cdiv(r, block_n))](
-            z2, o2, P, r, z2.stride(0), z2.stride(1), o2.stride(0), o2.stride(1),
-            ACT=act, ROWS=_INTUITIVE_ROWS, BLOCK_N=block_n, num_warps=warps,
+            z2,
+            o2,
+            P,
+            r,
+            z2.stride(0),
+            z2.stride(1),
+            o2.stride(0),
+            o2.stride(1),
+            ACT=act,
+            ROWS=_INTUITIVE_ROWS,
+            BLOCK_N=block_n,
+            num_warps=warps,
         )
 
 
-def _check_layout(
-    name: str, t: torch.Tensor, shape: tuple[int, ...], ref: torch.Tensor, col_major: bool
-) -> None:
+def _check_layout(name: str, t: torch.Tensor, shape: tuple[int, ...], ref: torch.Tensor, col_major: bool) -> None:
     if tuple(t.shape) != shape or t.dtype != ref.dtype or t.device != ref.device:
         raise ValueError(
             f"{name} must have shape {shape}, dtype {ref.dtype} and device {ref.device}; "
@@ -424,9 +453,7 @@ def swiglu(z: torch.Tensor, *, check_finite: bool = True) -> torch.Tensor:
     return _GatedFn.apply(z, _SILU)
 
 
-def geglu_intuitive(
-    z: torch.Tensor, approximate: str = "none", *, check_finite: bool = True
-) -> torch.Tensor:
+def geglu_intuitive(z: torch.Tensor, approximate: str = "none", *, check_finite: bool = True) -> torch.Tensor:
     """Forward-only GEGLU with the paper's "intuitive" row-walking kernel (baseline for Table 3).
 
     Same results as :func:`geglu`; for a column-major z neighbouring lanes read addresses P elements

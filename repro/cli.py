@@ -8,12 +8,15 @@ import sys
 from pathlib import Path
 
 
-def _configure_backend() -> None:
+def _configure_backend(suite: str) -> None:
     """Without a CUDA GPU, run the Triton kernels through the interpreter (smoke profile), so
-    the smoke run exercises the same kernels as a GPU run. Must happen before triton loads."""
+    the smoke run exercises the same kernels as a GPU run (except suites listed in
+    ``suites.NO_SMOKE_INTERPRETER``, which run the references). Must happen before triton loads."""
     import torch
 
-    if not torch.cuda.is_available():
+    from suites import NO_SMOKE_INTERPRETER
+
+    if not torch.cuda.is_available() and suite not in NO_SMOKE_INTERPRETER:
         os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
@@ -27,7 +30,7 @@ def cmd_list(_: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    _configure_backend()
+    _configure_backend(args.suite)
     from repro.results import ResultSet
     from repro.roofline import measure_ceilings
     from repro.suite import RunContext, figures_dir, pick_device, pick_profile

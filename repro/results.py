@@ -1,6 +1,7 @@
 """One long-format results schema for every suite, with provenance on every row.
 
-A suite's run becomes rows (suite, artifact, method, shape, dtype, metric, value, unit, ...),
+A suite's run becomes rows (suite, artifact, method, variant, shape, dtype, metric, value, unit,
+...), where ``variant`` is the suite's extra axis (a sparsity pattern, a world size, a mode),
 written atomically to ``results/<device-slug>/<suite>.csv``. A run replaces only the rows of its
 own profile on its own device: another GPU's folder is never touched, and a smoke run on a GPU
 machine does not erase that GPU's full-profile rows.
@@ -33,6 +34,7 @@ RESULT_COLUMNS = (
     "suite",
     "artifact",
     "method",
+    "variant",
     "shape",
     "dtype",
     "metric",
@@ -78,6 +80,7 @@ class ResultSet:
         *,
         verified: bool,
         timer: str = "",
+        variant: str = "",
     ) -> None:
         if not isinstance(value, (int, float)) or math.isnan(float(value)):
             raise ValueError(f"refusing to record a non-numeric or NaN value for {method}/{shape}/{metric}")
@@ -86,6 +89,7 @@ class ResultSet:
                 "suite": self.suite,
                 "artifact": self.artifact,
                 "method": method,
+                "variant": variant,
                 "shape": shape,
                 "dtype": dtype,
                 "metric": metric,
@@ -130,7 +134,9 @@ def write_atomic(df: pd.DataFrame, path: Path) -> None:
 
 
 def read_results(path: Path) -> pd.DataFrame:
-    df = pd.read_csv(path, dtype={"shape": str, "dtype": str, "git_commit": str}, keep_default_na=False)
+    df = pd.read_csv(path, dtype={"shape": str, "dtype": str, "git_commit": str, "variant": str}, keep_default_na=False)
+    if "variant" not in df.columns and "method" in df.columns:  # files written before the column existed
+        df.insert(df.columns.get_loc("method") + 1, "variant", "")
     missing = set(RESULT_COLUMNS) - set(df.columns)
     if missing:
         raise ValueError(f"{path} is not a results file: missing columns {sorted(missing)}")

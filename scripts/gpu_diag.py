@@ -81,8 +81,12 @@ for d in (768, 1024, 1600, 2048, 8192):
 for r_, c_ in [(3072, 768), (30768, 8192)]:
     w = torch.randn(r_, c_, device="cuda", dtype=torch.float16)
     for m in ("approx2", "exhaustive"):
-        ms = triton.testing.do_bench(lambda w=w, m=m: transposable_mask(w, method=m, check_finite=False),
-                                     warmup=25, rep=200, return_mode="median")
+        ms = triton.testing.do_bench(
+            lambda w=w, m=m: transposable_mask(w, method=m, check_finite=False),
+            warmup=25,
+            rep=200,
+            return_mode="median",
+        )
         rows.append({"d": f"{r_}x{c_}", "method": m, "do_bench_ms": ms})
         print(f"transposable {r_}x{c_} {m}: {ms:.4f} ms", flush=True)
 pd.DataFrame(rows).to_csv(OUT / "diag.csv", index=False)

@@ -51,8 +51,17 @@ for d in (768, 2048, 4096, 8192):
         for ev in (False, True):
             for cs in (False, True):
                 out.fill_(float("nan"))
-                f = partial(flat_hint[(triton.cdiv(n, block),)], z, out, n, ACT=_GELU_TANH, BLOCK=block,
-                            EVICT=ev, CS=cs, num_warps=warps)
+                f = partial(
+                    flat_hint[(triton.cdiv(n, block),)],
+                    z,
+                    out,
+                    n,
+                    ACT=_GELU_TANH,
+                    BLOCK=block,
+                    EVICT=ev,
+                    CS=cs,
+                    num_warps=warps,
+                )
                 f()
                 assert torch.equal(out, ref)
                 gb = nbytes / time_gpu(f).ms / 1e6

@@ -38,15 +38,28 @@ for d in (768, 1024, 2048, 4096, 8192):
     best = None
     for block in (1024, 2048, 4096, 8192, 16384):
         for warps in (4, 8, 16):
-            f = partial(_fwd_flat_kernel[(triton.cdiv(n, block),)], z, out, n, ACT=_GELU_TANH, BLOCK=block,
-                        num_warps=warps)
+            f = partial(
+                _fwd_flat_kernel[(triton.cdiv(n, block),)], z, out, n, ACT=_GELU_TANH, BLOCK=block, num_warps=warps
+            )
             gb = nbytes / time_gpu(f).ms / 1e6
-            rows.append(dict(kernel="geglu_flat", shape=f"16384x{d}", block=block, warps=warps, gbps=gb,
-                             pct=100 * gb / COPY, same_bytes_copy_gbps=same))
+            rows.append(
+                dict(
+                    kernel="geglu_flat",
+                    shape=f"16384x{d}",
+                    block=block,
+                    warps=warps,
+                    gbps=gb,
+                    pct=100 * gb / COPY,
+                    same_bytes_copy_gbps=same,
+                )
+            )
             if best is None or gb > best[0]:
                 best = (gb, block, warps)
-    print(f"geglu d={d}: best block={best[1]} warps={best[2]} {best[0]:.0f} GB/s ({100 * best[0] / COPY:.1f}%);"
-          f" same-bytes copy {same:.0f} GB/s ({100 * same / COPY:.1f}%)", flush=True)
+    print(
+        f"geglu d={d}: best block={best[1]} warps={best[2]} {best[0]:.0f} GB/s ({100 * best[0] / COPY:.1f}%);"
+        f" same-bytes copy {same:.0f} GB/s ({100 * same / COPY:.1f}%)",
+        flush=True,
+    )
 
 for r, c in [(3072, 768), (1024, 1600), (4096, 1024), (8192, 2048)]:
     for dt in (torch.float16, torch.float32):
@@ -58,13 +71,34 @@ for r, c in [(3072, 768), (1024, 1600), (4096, 1024), (8192, 2048)]:
             for tc in (16, 32, 64, 128):
                 for warps in (1, 2, 4):
                     grid = (triton.cdiv(r // 4, tr), triton.cdiv(c // 4, tc))
-                    f = partial(transposable24_kernel[grid], w, out, r // 4, c // 4, w.stride(0), out.stride(0),
-                                TR=tr, TC=tc, num_warps=warps)
+                    f = partial(
+                        transposable24_kernel[grid],
+                        w,
+                        out,
+                        r // 4,
+                        c // 4,
+                        w.stride(0),
+                        out.stride(0),
+                        TR=tr,
+                        TC=tc,
+                        num_warps=warps,
+                    )
                     gb = nbytes / time_gpu(f).ms / 1e6
-                    rows.append(dict(kernel="transposable", shape=f"{r}x{c}", dtype=str(dt), tr=tr, tc=tc,
-                                     warps=warps, gbps=gb, pct=100 * gb / COPY))
+                    rows.append(
+                        dict(
+                            kernel="transposable",
+                            shape=f"{r}x{c}",
+                            dtype=str(dt),
+                            tr=tr,
+                            tc=tc,
+                            warps=warps,
+                            gbps=gb,
+                            pct=100 * gb / COPY,
+                        )
+                    )
                     if best is None or gb > best[0]:
                         best = (gb, tr, tc, warps)
-        print(f"transposable {r}x{c} {dt}: best {best[1:]} {best[0]:.0f} GB/s ({100 * best[0] / COPY:.1f}%)",
-              flush=True)
+        print(
+            f"transposable {r}x{c} {dt}: best {best[1:]} {best[0]:.0f} GB/s ({100 * best[0] / COPY:.1f}%)", flush=True
+        )
 pd.DataFrame(rows).to_csv(OUT / "sweep2.csv", index=False)

@@ -13,7 +13,14 @@ from types import ModuleType
 SUITES: dict[str, str] = {
     "table2": "suites.table2",
     "table3": "suites.table3",
+    "figure3": "suites.figure3",
+    "pivot_comm": "suites.pivot_comm",
 }
+
+
+# Suites whose smoke profile runs the PyTorch references on a CPU instead of the Triton
+# interpreter (their kernels are large; the interpreter would take minutes; the tests cover them).
+NO_SMOKE_INTERPRETER = frozenset({"figure3"})
 
 
 def get_suite(name: str) -> ModuleType:

@@ -1,0 +1,323 @@
+"""FAST Figure 3: speedup of flex-SS mask generation, FAST vs the PyTorch implementation and the
+Vegeta-based method, for MAP-NEO 460M, MAP-NEO 7B and Llama-2 13B shapes and the patterns
+TBS(4,4), TBS(8,8), Vegeta(4), Vegeta(8) and SR-STE's 2:4; plus the training-step time of MAP-NEO
+460M with masks regenerated every step and every k steps.
+
+Mask generation of a model = the sparse linears of one block (q, k, v, o, gate, up, down) with a
+pivot shared by the block, timed as one call, times the number of layers (all blocks have the
+same shapes). The pivot search is part of it: ``torch`` and ``vegeta`` use the exact (sort-based)
+pivot, ``fast`` the distribution-aware one (FAST Sec. III); ``mask_time`` rows time the masks
+alone given the pivot. Quality rows (density error per linear and per block, retained |W| vs the
+unconstrained top-k, validity) come from the same masks that were checked before timing.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from kernels._common import use_triton
+from kernels.flex import METHODS, flex_mask, flex_mask_reference, mask_quality
+from kernels.patterns import TBS, parse_pattern
+from repro.models.llama import CONFIGS, LlamaConfig, block_linear_shapes
+from repro.paper import load_paper
+from repro.plots import PALETTE, grouped_bars, new_figure, save
+from repro.suite import RunContext
+
+NAME = "figure3"
+PAPER = "fast"
+ARTIFACT = "figure3"
+TITLE = "FAST Fig. 3: flex-SS mask generation speedup (PyTorch / Vegeta-based / FAST)"
+
+DENSITY = 0.5
+PATTERNS = ("TBS(4)", "TBS(8)", "Vegeta(4)", "Vegeta(8)", "2:4")
+PIVOT_METHOD = {"torch": "exact", "vegeta": "exact", "fast": "gaussian"}
+FULL_MODELS = ("map-neo-460m", "map-neo-7b", "llama2-13b")
+SMOKE = LlamaConfig(hidden=128, ffn=256, layers=2, heads=4, vocab=256, seq_len=32)
+SEED = 1234
+
+
+def _models(profile: str) -> dict[str, LlamaConfig]:
+    return {m: CONFIGS[m] for m in FULL_MODELS} if profile == "full" else {"smoke-128": SMOKE}
+
+
+def _block(cfg: LlamaConfig, device: torch.device, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    return {
+        name: (0.02 * torch.randn(o, i, device=device, generator=gen)).to(torch.bfloat16)
+        for name, o, i in block_linear_shapes(cfg)
+    }
+
+
+def _pivot(weights: list[torch.Tensor], method: str) -> float:
+    from kernels.pivot import find_pivot
+
+    return find_pivot(weights, DENSITY, method=PIVOT_METHOD[method])
+
+
+def _masks(weights: list[torch.Tensor], pattern, method: str, pivot: float) -> list[torch.Tensor]:
+    return [flex_mask(w, pattern, DENSITY, method, SEED, pivot, check_finite=False) for w in weights]
+
+
+def _generate(weights: list[torch.Tensor], pattern, method: str) -> list[torch.Tensor]:
+    return _masks(weights, pattern, method, _pivot(weights, method))
+
+
+def check(ctx: RunContext, model: str, block: dict[str, torch.Tensor], pattern, method: str) -> list[torch.Tensor]:
+    """Masks valid, budgets met, FAST's kernel equal to its reference; quality rows added."""
+    weights = list(block.values())
+    exact = _pivot(weights, "torch")
+    if method == "fast":
+        ctx.check(_pivot(weights, "fast") == exact, f"{model} gaussian pivot != exact pivot")
+    masks = _masks(weights, pattern, method, exact)
+    tag = f"{model} {pattern.name} {method}"
+    kept = total = 0
+    for (name, w), m in zip(block.items(), masks, strict=True):
+        pattern.validate(m)  # raises with the first offending tile
+        if method == "fast" and use_triton(w):
+            ref = flex_mask_reference(w, pattern, DENSITY, "fast", SEED, exact)
+            same_cfg = torch.equal(pattern.tile_configs(m), pattern.tile_configs(ref))
+            mags = pattern.tiles(w.abs().float())
+            gap = ((mags * pattern.tiles(ref)).sum() - (mags * pattern.tiles(m)).sum()).abs().item()
+            ctx.check(
+                same_cfg and gap <= 1e-3 * float((mags * pattern.tiles(ref)).sum()),
+                f"{tag}/{name}: Triton mask differs from the reference",
+            )
+        q = mask_quality(w, m, pattern, DENSITY)
+        shape = f"{model}/{name} {w.shape[0]}x{w.shape[1]}"
+        ctx.results.add(
+            method, shape, "bf16", "density_error", q["density_error"], "fraction", verified=True, variant=pattern.name
+        )
+        ctx.results.add(
+            method,
+            shape,
+            "bf16",
+            "retained_vs_topk",
+            q["retained_vs_topk"],
+            "fraction",
+            verified=True,
+            variant=pattern.name,
+        )
+        kept += int(m.sum())
+        total += m.numel()
+    ctx.results.add(
+        method,
+        model,
+        "bf16",
+        "block_density_error",
+        kept / total - DENSITY,
+        "fraction",
+        verified=True,
+        variant=pattern.name,
+    )
+    return masks
+
+
+def run(ctx: RunContext) -> None:
+    gen = torch.Generator(device=ctx.device).manual_seed(0)
+    for model, cfg in _models(ctx.profile).items():
+        block = _block(cfg, ctx.device, gen)
+        weights = list(block.values())
+        ctx.log(f"{model}: block of {sum(w.numel() for w in weights) / 1e6:.1f}M weights x {cfg.layers} layers")
+        for spec in PATTERNS:
+            pattern = parse_pattern(spec)
+            t_model = {}
+            for method in METHODS:
+                check(ctx, model, block, pattern, method)
+                pivot = _pivot(weights, method)
+                t_all = ctx.time(partial(_generate, weights, pattern, method))
+                t_mask = ctx.time(partial(_masks, weights, pattern, method, pivot))
+                add = partial(ctx.results.add, method, model, "bf16", verified=True, variant=pattern.name)
+                add("time", t_all.ms * cfg.layers, "ms", timer=t_all.timer)
+                add("mask_time", t_mask.ms * cfg.layers, "ms", timer=t_mask.timer)
+                nbytes = sum(w.numel() * (w.element_size() + 1) for w in weights)  # read W, write mask
+                add("mask_bandwidth", nbytes / (t_mask.ms * 1e-3) / 1e9, "GB/s", timer=t_mask.timer)
+                add(
+                    "mask_pct_of_copy",
+                    100 * nbytes / (t_mask.ms * 1e-3) / 1e9 / ctx.ceilings.copy_gbps,
+                    "%",
+                    timer=t_mask.timer,
+                )
+                t_model[method] = (t_all.ms, t_mask.ms)
+            for base in ("torch", "vegeta"):
+                for i, metric in enumerate(("speedup", "mask_speedup")):
+                    ctx.results.add(
+                        "fast",
+                        model,
+                        "bf16",
+                        f"{metric}_vs_{base}",
+                        t_model[base][i] / t_model["fast"][i],
+                        "x",
+                        verified=True,
+                        variant=pattern.name,
+                    )
+            ctx.log(
+                f"  {pattern.name:>11s}: "
+                + ", ".join(f"{m} {t_model[m][0] * cfg.layers:.2f} ms" for m in METHODS)
+                + f" -> fast {t_model['torch'][0] / t_model['fast'][0]:.1f}x torch, "
+                f"{t_model['vegeta'][0] / t_model['fast'][0]:.2f}x vegeta"
+            )
+        del block, weights
+    _law_of_large_numbers(ctx, gen)
+    _heuristic_gap(ctx, gen)
+    _training_steps(ctx)
+
+
+def _law_of_large_numbers(ctx: RunContext, gen: torch.Generator) -> None:
+    """FAST's density error vs number of tiles (TBS(4,4), 50%): mean |error| over 8 seeds."""
+    sizes = (256, 1024, 4096) if ctx.profile == "full" else (64, 128, 256)
+    pattern = TBS(4)
+    for n in sizes:
+        w = torch.randn(n, n, device=ctx.device, generator=gen).to(torch.bfloat16)
+        errs = [
+            abs(mask_quality(w, flex_mask(w, pattern, DENSITY, "fast", s), pattern, DENSITY)["density_error"])
+            for s in range(8)
+        ]
+        ctx.results.add(
+            "fast",
+            f"{n}x{n}",
+            "bf16",
+            "mean_abs_density_error",
+            sum(errs) / len(errs),
+            "fraction",
+            verified=True,
+            variant=f"{pattern.name} tiles={(n // 4) ** 2}",
+        )
+
+
+def _heuristic_gap(ctx: RunContext, gen: torch.Generator) -> None:
+    """Retained-|W| gap of TBS(8,8)'s wrapped-diagonal selection to the exact optimum (LP) on
+    sample tiles, per configuration n."""
+    from kernels.tbs_exact import heuristic_gap
+
+    tiles = torch.randn(64 if ctx.profile == "full" else 8, 8, 8, generator=torch.Generator().manual_seed(5)).abs()
+    for n in (2, 4, 6):
+        gap = heuristic_gap(8, tiles, torch.full((tiles.shape[0],), n))
+        ctx.results.add(
+            "heuristic",
+            f"{tiles.shape[0]} tiles",
+            "fp32",
+            "retained_gap_vs_exact",
+            gap,
+            "fraction",
+            verified=True,
+            variant=f"TBS(8,8) n={n}",
+        )
+
+
+def _training_steps(ctx: RunContext) -> None:
+    """MAP-NEO 460M training step (bf16 autocast, AdamW) with TBS(8,8) masks regenerated every
+    step and every 10 steps, per mask-generation method."""
+    from repro.masked_training import MaskedTrainer, time_training_steps
+    from repro.models.llama import LlamaModel, sparse_linears
+
+    cfg = (
+        CONFIGS["map-neo-460m"]
+        if ctx.profile == "full"
+        else LlamaConfig(hidden=64, ffn=128, layers=2, heads=4, vocab=256, seq_len=32)
+    )
+    batch, steps = (4, 20) if ctx.profile == "full" else (2, 4)
+    pattern = TBS(8)
+    model_name = "map-neo-460m" if ctx.profile == "full" else "smoke-64"
+    for method in METHODS:
+        for every in (1, 10):
+            torch.manual_seed(0)
+            model = LlamaModel(cfg).to(ctx.device)
+            linears = sparse_linears(model)
+
+            def mask_fn(weights, method=method):
+                return _generate([w.detach() for w in weights], pattern, method)
+
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=ctx.device.type == "cuda")
+            trainer = MaskedTrainer(model, linears, mask_fn, every, opt)
+            tokens = torch.randint(0, cfg.vocab, (batch, cfg.seq_len), device=ctx.device)
+            stats = time_training_steps(trainer, tokens, steps=steps, warmup=2)
+            ctx.check(stats["loss_last"] == stats["loss_last"], f"training step {method} every {every}: NaN loss")
+            add = partial(
+                ctx.results.add,
+                method,
+                model_name,
+                "bf16-autocast",
+                verified=True,
+                variant=f"{pattern.name} every={every}",
+                timer=stats["timer"],
+            )
+            add("step_time", stats["ms_per_step_mean"], "ms")
+            add("mask_time_per_step", stats["mask_ms_per_step"], "ms")
+            ctx.log(
+                f"  train step {method:>6s} every {every:2d}: {stats['ms_per_step_mean']:.1f} ms/step "
+                f"(masks {stats['mask_ms_per_step']:.1f} ms/step)"
+            )
+            del model, opt, trainer
+
+
+def compare(df: pd.DataFrame) -> pd.DataFrame:
+    """Per model and pattern: time per method and FAST's speedups; paper averages beside."""
+    paper = load_paper(ARTIFACT, PAPER)
+    rows = []
+    timing = df[df["metric"] == "time"]
+    for (model, variant), part in timing.groupby(["shape", "variant"], sort=False):
+        t = part.set_index("method")["value"]
+        sp = df[(df["shape"] == model) & (df["variant"] == variant) & (df["method"] == "fast")]
+        sp = sp.set_index("metric")["value"]
+        rows.append(
+            {
+                "model": model,
+                "pattern": variant,
+                "torch_ms": t.get("torch"),
+                "vegeta_ms": t.get("vegeta"),
+                "fast_ms": t.get("fast"),
+                "fast_vs_torch": sp.get("speedup_vs_torch"),
+                "fast_vs_vegeta": sp.get("speedup_vs_vegeta"),
+                "mask_only_vs_torch": sp.get("mask_speedup_vs_torch"),
+            }
+        )
+    out = pd.DataFrame(rows)
+    for model in out["model"].unique() if len(out) else []:
+        sub = out[out["model"] == model]
+        pp = paper[paper["shape"] == model].set_index("metric")["value"]
+        rows_avg = {
+            "model": model,
+            "pattern": "average (ours)",
+            "fast_vs_torch": sub["fast_vs_torch"].mean(),
+            "fast_vs_vegeta": sub["fast_vs_vegeta"].mean(),
+        }
+        out = pd.concat([out, pd.DataFrame([rows_avg])], ignore_index=True)
+        if len(pp):
+            paper_row = {
+                "model": model,
+                "pattern": "average (paper, A800)",
+                "fast_vs_torch": pp.get("kernel_speedup_vs_pytorch", pp.get("e2e_speedup_vs_pytorch")),
+                "fast_vs_vegeta": pp.get("kernel_speedup_vs_vegeta", pp.get("e2e_speedup_vs_vegeta")),
+            }
+            out = pd.concat([out, pd.DataFrame([paper_row])], ignore_index=True)
+    return out
+
+
+def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
+    table = compare(df)
+    table = table[~table["pattern"].astype(str).str.startswith("average")]
+    models = list(dict.fromkeys(table["model"]))
+    fig, axes = new_figure(ncols=max(1, len(models)), width=4.6)
+    paper = load_paper(ARTIFACT, PAPER)
+    for ax, model in zip(axes, models, strict=False):
+        sub = table[table["model"] == model]
+        grouped_bars(
+            ax,
+            list(sub["pattern"]),
+            {"FAST vs PyTorch": list(sub["fast_vs_torch"]), "FAST vs Vegeta-based": list(sub["fast_vs_vegeta"])},
+            ylabel="speedup of mask generation (x, log)",
+            title=model,
+            log=True,
+        )
+        pp = paper[paper["shape"] == model].set_index("metric")["value"]
+        for i, key in enumerate(("kernel_speedup_vs_pytorch", "kernel_speedup_vs_vegeta")):
+            if key in pp:
+                ax.axhline(pp[key], color=PALETTE[i], linestyle="--", linewidth=1, label=f"paper avg {pp[key]:g}x")
+        ax.legend(fontsize=7, loc="upper left", ncol=2)
+        ax.axhline(1.0, color="black", linewidth=0.6)
+    dev, prof = df["device"].iloc[0], df["profile"].iloc[0]
+    fig.suptitle(f"{TITLE}  [{dev}, {prof}]", fontsize=9)
+    return save(fig, stem)
