@@ -174,7 +174,8 @@ class TBS(Pattern):
         x = self.x
         table = torch.cat([regular_patterns(x, k) for k in range(x + 1)]).to(mags.device)  # [P, x, x]
         sizes = table.flatten(1).sum(1) // x  # configuration of each pattern
-        scores = mags.flatten(1).double() @ table.flatten(1).double().T  # [T, P]
+        dt = torch.float64 if mags.device.type == "cpu" else torch.float32  # exact tests / GPU speed
+        scores = mags.flatten(1).to(dt) @ table.flatten(1).to(dt).T  # [T, P]
         scores = scores.masked_fill(sizes[None, :] != n[:, None], -torch.inf)
         return table[scores.argmax(1)]
 
