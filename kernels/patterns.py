@@ -126,7 +126,7 @@ def _rank_select(scores: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     return rank < n.reshape(*n.shape, *([1] * (scores.dim() - n.dim())))
 
 
-@functools.lru_cache(maxsize=4)
+@functools.cache
 def regular_patterns(x: int, n: int) -> torch.Tensor:
     """All x-by-x 0/1 matrices with every row and column sum n, [P, x, x] bool (x <= 4 only)."""
     if x > 4:
@@ -135,6 +135,13 @@ def regular_patterns(x: int, n: int) -> torch.Tensor:
     out = [torch.tensor(c, dtype=torch.bool) for c in itertools.product(rows, repeat=x)]
     out = [m for m in out if bool((m.sum(0) == n).all())]
     return torch.stack(out)
+
+
+@functools.cache
+def _regular_table(x: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """All regular layouts of every configuration on ``device`` (built once per device)."""
+    table = torch.cat([regular_patterns(x, k) for k in range(x + 1)]).to(device)
+    return table, table.flatten(1).sum(1) // x
 
 
 @dataclass(frozen=True, repr=False)
@@ -171,9 +178,7 @@ class TBS(Pattern):
 
     def _select_exact_small(self, mags: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         """Exact: score every regular pattern of every configuration, best of the tile's n."""
-        x = self.x
-        table = torch.cat([regular_patterns(x, k) for k in range(x + 1)]).to(mags.device)  # [P, x, x]
-        sizes = table.flatten(1).sum(1) // x  # configuration of each pattern
+        table, sizes = _regular_table(self.x, mags.device)  # [P, x, x], configuration of each
         dt = torch.float64 if mags.device.type == "cpu" else torch.float32  # exact tests / GPU speed
         scores = mags.flatten(1).to(dt) @ table.flatten(1).to(dt).T  # [T, P]
         scores = scores.masked_fill(sizes[None, :] != n[:, None], -torch.inf)

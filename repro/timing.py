@@ -21,6 +21,9 @@ class Timing:
     reps: int
 
 
+_CAPTURE_BROKEN = False
+
+
 def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
     """Record ``fn`` (already warmed up) into a CUDA graph; raises if it syncs with the host."""
     side = torch.cuda.Stream()
@@ -45,15 +48,20 @@ def time_gpu(fn: Callable[[], object], warmup_ms: float = 25.0, rep_ms: float = 
     """
     import triton.testing
 
+    global _CAPTURE_BROKEN
     fn()
     torch.cuda.synchronize()
-    if graph:
+    if graph and not _CAPTURE_BROKEN:
         try:
             g = capture_graph(fn)
         except RuntimeError as e:  # the call syncs with the host or copies from it
+            # a failed capture can leave the process unable to capture again (and its pool
+            # allocated): time everything after it directly, and say so
+            _CAPTURE_BROKEN = True
             torch.cuda.synchronize()
+            torch.cuda.empty_cache()
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            print(f"   note: not capturable in a CUDA graph, timed directly ({first[:120]})", file=sys.stderr)
+            print(f"   note: capture failed ({first[:100]}); this and later calls are timed directly", file=sys.stderr)
         else:
             ms = triton.testing.do_bench(g.replay, warmup=warmup_ms, rep=rep_ms, return_mode="median")
             return Timing(ms=float(ms), timer="cuda-graph-do_bench", reps=-1)
