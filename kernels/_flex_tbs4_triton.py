@@ -9,7 +9,7 @@ import triton.language as tl
 
 @triton.jit
 def flex_tbs4_kernel(
-    w_ptr, m_ptr, pivot, seed, n_tile_rows, n_tile_cols, stride_w, stride_m,
+    w_ptr, m_ptr, pivot, tie, seed, n_tile_rows, n_tile_cols, stride_w, stride_m,
     TC: tl.constexpr,
 ):
     tr = tl.program_id(0)
@@ -17,10 +17,12 @@ def flex_tbs4_kernel(
     col = 4 * tc[:, None] + tl.arange(0, 4)[None, :]
     inb = (tc < n_tile_cols)[:, None]
     row0 = (4 * tr).to(tl.int64)
-    cnt = tl.zeros((TC,), dtype=tl.int32)
+    gt = tl.zeros((TC,), dtype=tl.int32)
+    eq = tl.zeros((TC,), dtype=tl.int32)
     x = tl.load(w_ptr + (row0 + 0) * stride_w + col, mask=inb, other=0.0)
     x = tl.abs(x.to(tl.float32))
-    cnt += tl.sum((x >= pivot).to(tl.int32), axis=1)
+    gt += tl.sum((x > pivot).to(tl.int32), axis=1)
+    eq += tl.sum((x == pivot).to(tl.int32), axis=1)
     x = tl.reshape(x, (TC, 2, 2))
     xa, xb = tl.split(x)
     x00, x02 = tl.split(xa)
@@ -33,7 +35,8 @@ def flex_tbs4_kernel(
     p0_5 = x02 + x03
     x = tl.load(w_ptr + (row0 + 1) * stride_w + col, mask=inb, other=0.0)
     x = tl.abs(x.to(tl.float32))
-    cnt += tl.sum((x >= pivot).to(tl.int32), axis=1)
+    gt += tl.sum((x > pivot).to(tl.int32), axis=1)
+    eq += tl.sum((x == pivot).to(tl.int32), axis=1)
     x = tl.reshape(x, (TC, 2, 2))
     xa, xb = tl.split(x)
     x10, x12 = tl.split(xa)
@@ -46,7 +49,8 @@ def flex_tbs4_kernel(
     p1_5 = x12 + x13
     x = tl.load(w_ptr + (row0 + 2) * stride_w + col, mask=inb, other=0.0)
     x = tl.abs(x.to(tl.float32))
-    cnt += tl.sum((x >= pivot).to(tl.int32), axis=1)
+    gt += tl.sum((x > pivot).to(tl.int32), axis=1)
+    eq += tl.sum((x == pivot).to(tl.int32), axis=1)
     x = tl.reshape(x, (TC, 2, 2))
     xa, xb = tl.split(x)
     x20, x22 = tl.split(xa)
@@ -59,7 +63,8 @@ def flex_tbs4_kernel(
     p2_5 = x22 + x23
     x = tl.load(w_ptr + (row0 + 3) * stride_w + col, mask=inb, other=0.0)
     x = tl.abs(x.to(tl.float32))
-    cnt += tl.sum((x >= pivot).to(tl.int32), axis=1)
+    gt += tl.sum((x > pivot).to(tl.int32), axis=1)
+    eq += tl.sum((x == pivot).to(tl.int32), axis=1)
     x = tl.reshape(x, (TC, 2, 2))
     xa, xb = tl.split(x)
     x30, x32 = tl.split(xa)
@@ -71,10 +76,11 @@ def flex_tbs4_kernel(
     p3_4 = x31 + x33
     p3_5 = x32 + x33
     # configuration: n = lo + [u * 4 < c - 4 lo] (same float32 expression as the reference)
-    lo = cnt // 4
+    c = gt.to(tl.float32) + eq.to(tl.float32) * tie
+    lo = tl.floor(c / 4.0)
     tile = tr * n_tile_cols + tc
     u = tl.rand(seed, tile)
-    n = lo + ((u * 4.0) < (cnt - 4 * lo).to(tl.float32)).to(tl.int32)
+    n = (lo + ((u * 4.0) < (c - 4.0 * lo)).to(tl.float32)).to(tl.int32)
     sh0 = p0_5 + p1_5
     ch0 = 204
     sh1 = p0_4 + p1_5

@@ -1,9 +1,9 @@
 """Triton kernels of FAST's fused mask generation (``flex_mask(method="fast")``).
 
-One pass over the weight per pattern family: load a block of tiles, count |w| >= pivot per
-tile, draw u = Philox(seed, tile) (``tl.rand``), choose the configuration by the same float32
-expression as the reference (``kernels.flex.choose_configs``), select within the tile, write the
-byte mask. Tiles map to program lanes: a program takes one tile row and a block of tiles along
+One pass over the weight per pattern family: load a block of tiles, count |w| > pivot and
+|w| == pivot per tile (ties weighted by the tie share), draw u = Philox(seed, tile)
+(``tl.rand``), choose the configuration by the same float32 expression as the reference
+(``kernels.flex.choose_configs``), select within the tile, write the byte mask. Tiles map to program lanes: a program takes one tile row and a block of tiles along
 it, sized so that every program moves a few KB (the "tiles to threads or blocks" heuristic:
 large tiles are spread over many lanes, small tiles get one lane each).
 
@@ -23,7 +23,7 @@ from kernels.patterns import NM, TBS, Pattern, Vegeta
 
 @triton.jit
 def _flex_tbs_circulant_kernel(
-    w_ptr, m_ptr, pivot, seed, n_tile_cols, stride_w, stride_m, X: tl.constexpr, TC: tl.constexpr
+    w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, X: tl.constexpr, TC: tl.constexpr
 ):
     tr = tl.program_id(0)
     tc = tl.program_id(1) * TC + tl.arange(0, TC)
@@ -33,10 +33,12 @@ def _flex_tbs_circulant_kernel(
     row = (X * tr + i).to(tl.int64)
     inb = (tc < n_tile_cols)[:, None, None]
     x = tl.abs(tl.load(w_ptr + row[None, :, None] * stride_w + col, mask=inb, other=0.0).to(tl.float32))
-    cnt = tl.sum(tl.sum((x >= pivot).to(tl.int32), axis=2), axis=1)  # [tile]
-    lo = cnt // X
+    gt = tl.sum(tl.sum((x > pivot).to(tl.int32), axis=2), axis=1)  # [tile]
+    eq = tl.sum(tl.sum((x == pivot).to(tl.int32), axis=2), axis=1)
+    c = gt.to(tl.float32) + eq.to(tl.float32) * tie  # wanted entries, ties shared
+    lo = tl.floor(c / X)
     u = tl.rand(seed, tr * n_tile_cols + tc)
-    n = lo + ((u * X) < (cnt - X * lo).to(tl.float32)).to(tl.int32)
+    n = (lo + ((u * X) < (c - X * lo)).to(tl.float32)).to(tl.int32)
     score = tl.sum(x, axis=1)  # [tile, s]: weight of each wrapped diagonal
     a = score[:, :, None]
     b = score[:, None, :]
@@ -52,6 +54,7 @@ def _flex_groups_kernel(
     w_ptr,
     m_ptr,
     pivot,
+    tie,
     seed,
     n_tile_cols,
     stride_w,
@@ -74,12 +77,14 @@ def _flex_groups_kernel(
     if FIXED_N >= 0:
         n = tl.full((TT,), FIXED_N, tl.int32)
     else:
-        cnt = tl.sum(tl.sum((x >= pivot).to(tl.int32), axis=2), axis=1)  # [tile]
-        # bracket cnt / G (the tile's wanted n) between configurations 0 < C1 < C2 < M; G = unit
-        lo = tl.where(cnt >= M * G, M, tl.where(cnt >= C2 * G, C2, tl.where(cnt >= C1 * G, C1, 0)))
-        hi = tl.where(cnt <= 0, 0, tl.where(cnt <= C1 * G, C1, tl.where(cnt <= C2 * G, C2, M)))
+        gt = tl.sum(tl.sum((x > pivot).to(tl.int32), axis=2), axis=1)  # [tile]
+        eq = tl.sum(tl.sum((x == pivot).to(tl.int32), axis=2), axis=1)
+        c = gt.to(tl.float32) + eq.to(tl.float32) * tie  # wanted entries, ties shared
+        # bracket c / G (the tile's wanted n) between configurations 0 < C1 < C2 < M; G = unit
+        lo = tl.where(c >= M * G, M, tl.where(c >= C2 * G, C2, tl.where(c >= C1 * G, C1, 0)))
+        hi = tl.where(c <= 0, 0, tl.where(c <= C1 * G, C1, tl.where(c <= C2 * G, C2, M)))
         u = tl.rand(seed, r.to(tl.int32) * n_tile_cols + t)
-        take = (u * ((hi - lo) * G).to(tl.float32)) < (cnt - lo * G).to(tl.float32)
+        take = (u * ((hi - lo) * G).to(tl.float32)) < (c - (lo * G).to(tl.float32))
         n = tl.where(take, hi, lo)
     xg = tl.reshape(x, (TT * G, M))
     a = xg[:, :, None]
@@ -109,28 +114,28 @@ def has_fast_kernel(pattern: Pattern) -> bool:
     return False
 
 
-def fast_mask_triton(w: torch.Tensor, pattern: Pattern, pivot: float, seed: int) -> torch.Tensor:
+def fast_mask_triton(w: torch.Tensor, pattern: Pattern, pivot: float, seed: int, tie: float = 1.0) -> torch.Tensor:
     """Launch the fused kernel of ``pattern`` (see ``has_fast_kernel``) on a 2-D weight."""
     if w.stride(1) != 1:
         w = w.contiguous()
     r, c = w.shape
     out = torch.empty(r, c, dtype=torch.bool, device=w.device)
     m8 = out.view(torch.int8)
-    pivot = float(pivot)
+    pivot, tie = float(pivot), float(tie)
     if isinstance(pattern, TBS) and pattern.x == 4:
         from kernels._flex_tbs4_triton import flex_tbs4_kernel
 
         tcols = c // 4
         tc = min(128, triton.next_power_of_2(tcols))
         flex_tbs4_kernel[(r // 4, triton.cdiv(tcols, tc))](
-            w, m8, pivot, seed, r // 4, tcols, w.stride(0), out.stride(0), TC=tc, num_warps=4
+            w, m8, pivot, tie, seed, r // 4, tcols, w.stride(0), out.stride(0), TC=tc, num_warps=4
         )
     elif isinstance(pattern, TBS):
         x = pattern.x
         tcols = c // x
         tc = max(1, min(triton.next_power_of_2(tcols), 4096 // (x * x)))
         _flex_tbs_circulant_kernel[(r // x, triton.cdiv(tcols, tc))](
-            w, m8, pivot, seed, tcols, w.stride(0), out.stride(0), X=x, TC=tc, num_warps=4
+            w, m8, pivot, tie, seed, tcols, w.stride(0), out.stride(0), X=x, TC=tc, num_warps=4
         )
     else:
         if isinstance(pattern, Vegeta):
@@ -144,6 +149,7 @@ def fast_mask_triton(w: torch.Tensor, pattern: Pattern, pivot: float, seed: int)
             w,
             m8,
             pivot,
+            tie,
             seed,
             tcols,
             w.stride(0),

@@ -2,9 +2,9 @@
 
 Run ``python -m kernels._gen_flex_tbs4`` after changing it; a test checks the file is current.
 
-Per 4x4 tile, one pass: load |w|, count entries >= pivot (c), draw u = Philox(seed, tile), pick
-n = floor(c/4) + [u * 4 < c - 4 floor(c/4)] (configurations 0..4, unit 4), then keep the best
-layout with n per row and column. Exact for every n: n=2 is the transposable search of
+Per 4x4 tile, one pass: load |w|, count entries > pivot and == pivot (c = gt + tie * eq), draw
+u = Philox(seed, tile), pick n = floor(c/4) + [u * 4 < c - 4 floor(c/4)] (configurations 0..4,
+unit 4), then keep the best layout with n per row and column. Exact for every n: n=2 is the transposable search of
 ``_gen_transposable`` (19 column-count groups); n=1 is the best permutation (rows 0-1 take
 distinct columns a, b; rows 2-3 the best order of the remaining pair); n=3 keeps all but the
 *lightest* permutation; n=0 and n=4 are trivial. Candidates carry their 16-bit mask codes as
@@ -63,7 +63,7 @@ def render() -> str:
     w("")
     w("@triton.jit")
     w("def flex_tbs4_kernel(")
-    w("    w_ptr, m_ptr, pivot, seed, n_tile_rows, n_tile_cols, stride_w, stride_m,")
+    w("    w_ptr, m_ptr, pivot, tie, seed, n_tile_rows, n_tile_cols, stride_w, stride_m,")
     w("    TC: tl.constexpr,")
     w("):")
     w("    tr = tl.program_id(0)")
@@ -71,11 +71,13 @@ def render() -> str:
     w("    col = 4 * tc[:, None] + tl.arange(0, 4)[None, :]")
     w("    inb = (tc < n_tile_cols)[:, None]")
     w("    row0 = (4 * tr).to(tl.int64)")
-    w("    cnt = tl.zeros((TC,), dtype=tl.int32)")
+    w("    gt = tl.zeros((TC,), dtype=tl.int32)")
+    w("    eq = tl.zeros((TC,), dtype=tl.int32)")
     for r in range(4):
         w(f"    x = tl.load(w_ptr + (row0 + {r}) * stride_w + col, mask=inb, other=0.0)")
         w("    x = tl.abs(x.to(tl.float32))")
-        w("    cnt += tl.sum((x >= pivot).to(tl.int32), axis=1)")
+        w("    gt += tl.sum((x > pivot).to(tl.int32), axis=1)")
+        w("    eq += tl.sum((x == pivot).to(tl.int32), axis=1)")
         w("    x = tl.reshape(x, (TC, 2, 2))")
         w("    xa, xb = tl.split(x)")
         w(f"    x{r}0, x{r}2 = tl.split(xa)")
@@ -83,10 +85,11 @@ def render() -> str:
         for p, (a, b) in enumerate(PAIRS):
             w(f"    p{r}_{p} = x{r}{a} + x{r}{b}")
     w("    # configuration: n = lo + [u * 4 < c - 4 lo] (same float32 expression as the reference)")
-    w("    lo = cnt // 4")
+    w("    c = gt.to(tl.float32) + eq.to(tl.float32) * tie")
+    w("    lo = tl.floor(c / 4.0)")
     w("    tile = tr * n_tile_cols + tc")
     w("    u = tl.rand(seed, tile)")
-    w("    n = lo + ((u * 4.0) < (cnt - 4 * lo).to(tl.float32)).to(tl.int32)")
+    w("    n = (lo + ((u * 4.0) < (c - 4.0 * lo)).to(tl.float32)).to(tl.int32)")
     # n = 2: transposable search
     for top, (ra, rb) in (("h", (0, 1)), ("l", (2, 3))):
         shift = 4 * ra

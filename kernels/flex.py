@@ -58,20 +58,42 @@ def bracket(configs: tuple[int, ...], n_real: torch.Tensor) -> tuple[torch.Tenso
     return lo.long(), hi.long(), p
 
 
-def tile_counts(w: torch.Tensor, pattern: Pattern, pivot: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tiles of |w| as float32 [T, th, tw] and each tile's count of |w| >= pivot [T]."""
+def tile_counts(
+    w: torch.Tensor, pattern: Pattern, pivot: float, tie: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tiles of |w| as float32 [T, th, tw] and each tile's wanted count [T] (float32):
+    #(|w| > pivot) + tie * #(|w| == pivot), the expression the Triton kernels evaluate."""
     mags = pattern.tiles(w.abs().float())
-    return mags, (mags >= pivot).flatten(1).sum(1)
+    flat = mags.flatten(1)
+    gt = (flat > pivot).sum(1).float()
+    eq = (flat == pivot).sum(1).float()
+    return mags, gt + eq * torch.tensor(tie, dtype=torch.float32, device=w.device)
+
+
+def tie_share(tensors: torch.Tensor | list[torch.Tensor], pivot: float, density: float) -> float:
+    """Fraction of the entries equal to the pivot that the budget k = round(density * n) needs.
+
+    With low-precision weights many entries share the pivot's value (bf16 randn at 50%: about
+    0.25% of all entries); counting them all would overshoot the budget by that much. Tiles
+    count ties with this weight, so the expected total is exactly k."""
+    ts = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+    n = sum(t.numel() for t in ts)
+    gt = sum(int((t.abs().float() > pivot).sum()) for t in ts)
+    eq = sum(int((t.abs().float() == pivot).sum()) for t in ts)
+    if eq == 0:
+        return 1.0
+    return min(1.0, max(0.0, (round(density * n) - gt) / eq))
 
 
 def choose_configs(method: str, pattern: Pattern, counts: torch.Tensor, budget: int, seed: int = 0) -> torch.Tensor:
     """Configuration of every tile [T] (int64) by one of the three methods."""
-    lo, hi, p = bracket(pattern.configs, counts.float() / pattern.unit)
+    counts = counts.float()
+    lo, hi, p = bracket(pattern.configs, counts / pattern.unit)
     if method == "fast":
         # u < p, written without a division (u * span < count - kept(lo)) so that the Triton
         # kernels evaluate the very same float32 expression and draw the same configuration
         u = uniforms(seed, counts.shape[0], counts.device)
-        take_hi = u * ((hi - lo) * pattern.unit).float() < (counts - lo * pattern.unit).float()
+        take_hi = u * ((hi - lo) * pattern.unit).float() < counts - (lo * pattern.unit).float()
         return torch.where(take_hi, hi, lo)
     cost = (hi - lo) * pattern.unit  # entries gained by moving a tile from lo to hi
     if method == "torch":
@@ -137,12 +159,15 @@ def flex_mask(
     seed: int = 0,
     pivot: float | None = None,
     *,
+    tie: float | None = None,
     check_finite: bool = True,
 ) -> torch.Tensor:
     """Bool mask (True = kept) of a 2-D weight under ``pattern`` at ``density`` (fraction kept).
 
     ``pivot``: the global magnitude threshold, e.g. from ``kernels.find_pivot`` over all weights
     of a model (or a tensor-parallel group); computed from ``w`` alone when None.
+    ``tie``: the weight of entries equal to the pivot in the budget (``tie_share`` over the
+    tensors that share the pivot); computed from ``w`` when the pivot is, else 1.0.
     ``check_finite=False`` skips the NaN/Inf scan (one extra read and a host sync).
     """
     d = _check(w, pattern, density, method, check_finite)
@@ -150,28 +175,32 @@ def flex_mask(
         from kernels.pivot import find_pivot
 
         pivot = find_pivot(w, d, method="exact")
+        tie = tie_share(w, pivot, d) if tie is None else tie
+    tie = 1.0 if tie is None else float(tie)
+    if not 0.0 <= tie <= 1.0:
+        raise ValueError(f"tie must lie in [0, 1], got {tie}")
     if isinstance(pattern, Unstructured):
         return w.abs() >= pivot
     if method == "fast" and use_triton(w):
         from kernels._flex_triton import fast_mask_triton, has_fast_kernel
 
         if has_fast_kernel(pattern):
-            return fast_mask_triton(w, pattern, pivot, seed)
-    return flex_mask_reference(w, pattern, d, method, seed, pivot)
+            return fast_mask_triton(w, pattern, pivot, seed, tie)
+    return flex_mask_reference(w, pattern, d, method, seed, pivot, tie)
 
 
 def flex_mask_reference(
-    w: torch.Tensor, pattern: Pattern, density: float, method: str, seed: int, pivot: float
+    w: torch.Tensor, pattern: Pattern, density: float, method: str, seed: int, pivot: float, tie: float = 1.0
 ) -> torch.Tensor:
     """Plain-PyTorch flex-SS mask: tile counts, per-tile configuration by ``method``, selection.
 
-    The budget of ``w`` is its count of |w| >= pivot: with a pivot shared by many tensors (a
-    whole model), each tensor keeps what the global Top-K gives it; ``density`` is the target
-    the pivot was computed for (used for validation only)."""
+    The budget of ``w`` is its wanted count #(|w| > pivot) + tie * #(|w| == pivot): with a pivot
+    shared by many tensors (a whole model), each tensor keeps what the global Top-K gives it;
+    ``density`` is the target the pivot was computed for (used for validation only)."""
     if isinstance(pattern, Unstructured):
         return w.abs() >= pivot
-    mags, counts = tile_counts(w, pattern, pivot)
-    n = choose_configs(method, pattern, counts, int(counts.sum()), seed)
+    mags, counts = tile_counts(w, pattern, pivot, tie)
+    n = choose_configs(method, pattern, counts, round(float(counts.sum())), seed)
     return pattern.untile(pattern.select(mags, n), tuple(w.shape))
 
 
@@ -197,6 +226,7 @@ def mask_quality(w: torch.Tensor, mask: torch.Tensor, pattern: Pattern, density:
 
 
 __all__ = [
+    "tie_share",
     "METHODS",
     "NM",
     "TBS",

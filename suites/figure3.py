@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from kernels._common import use_triton
-from kernels.flex import METHODS, flex_mask, flex_mask_reference, mask_quality
+from kernels.flex import METHODS, flex_mask, flex_mask_reference, mask_quality, tie_share, tile_counts
 from kernels.patterns import TBS, parse_pattern
 from repro.models.llama import CONFIGS, LlamaConfig, block_linear_shapes
 from repro.paper import load_paper
@@ -63,12 +63,13 @@ def _pivot(weights: list[torch.Tensor], method: str) -> float:
     return find_pivot(weights, DENSITY, method=PIVOT_METHOD[method])
 
 
-def _masks(weights: list[torch.Tensor], pattern, method: str, pivot: float) -> list[torch.Tensor]:
-    return [flex_mask(w, pattern, DENSITY, method, SEED, pivot, check_finite=False) for w in weights]
+def _masks(weights: list[torch.Tensor], pattern, method: str, pivot: float, tie: float) -> list[torch.Tensor]:
+    return [flex_mask(w, pattern, DENSITY, method, SEED, pivot, tie=tie, check_finite=False) for w in weights]
 
 
 def _generate(weights: list[torch.Tensor], pattern, method: str) -> list[torch.Tensor]:
-    return _masks(weights, pattern, method, _pivot(weights, method))
+    pivot = _pivot(weights, method)
+    return _masks(weights, pattern, method, pivot, tie_share(weights, pivot, DENSITY))
 
 
 def check(ctx: RunContext, model: str, block: dict[str, torch.Tensor], pattern, method: str) -> list[torch.Tensor]:
@@ -76,24 +77,24 @@ def check(ctx: RunContext, model: str, block: dict[str, torch.Tensor], pattern, 
     weights = list(block.values())
     exact = _pivot(weights, "torch")
     ctx.check(_pivot(weights, method) == exact, f"{model} {method}'s pivot != exact pivot")
-    masks = _masks(weights, pattern, method, exact)
+    tie = tie_share(weights, exact, DENSITY)
+    masks = _masks(weights, pattern, method, exact, tie)
     tag = f"{model} {pattern.name} {method}"
     kept = total = 0
     for (name, w), m in zip(block.items(), masks, strict=True):
         pattern.validate(m)  # raises with the first offending tile
         if method == "fast" and use_triton(w):
-            ref = flex_mask_reference(w, pattern, DENSITY, "fast", SEED, exact)
-            same_cfg = torch.equal(pattern.tile_configs(m), pattern.tile_configs(ref))
-            mags = pattern.tiles(w.abs().float())
-            gap = ((mags * pattern.tiles(ref)).sum() - (mags * pattern.tiles(m)).sum()).abs().item()
-            ctx.check(
-                same_cfg and gap <= 1e-3 * float((mags * pattern.tiles(ref)).sum()),
-                f"{tag}/{name}: Triton mask differs from the reference",
-            )
+            ref = flex_mask_reference(w, pattern, DENSITY, "fast", SEED, exact, tie)
+            # float32 contraction (FMA) may differ from torch's in the last bit of a tile's
+            # target; a draw within that bit of the threshold can flip: allow 1e-5 of tiles
+            diff = (pattern.tile_configs(m) != pattern.tile_configs(ref)).float().mean().item()
+            ctx.check(diff <= 1e-5, f"{tag}/{name}: {diff:.2e} of tiles differ from the reference")
+        _, wanted = tile_counts(w, pattern, exact, tie)
         q = mask_quality(w, m, pattern, DENSITY)
         shape = f"{model}/{name} {w.shape[0]}x{w.shape[1]}"
+        err = (int(m.sum()) - float(wanted.sum())) / m.numel()
         ctx.results.add(
-            method, shape, "bf16", "density_error", q["density_error"], "fraction", verified=True, variant=pattern.name
+            method, shape, "bf16", "density_error_vs_budget", err, "fraction", verified=True, variant=pattern.name
         )
         ctx.results.add(
             method,
@@ -132,8 +133,9 @@ def run(ctx: RunContext) -> None:
             for method in METHODS:
                 check(ctx, model, block, pattern, method)
                 pivot = _pivot(weights, method)
+                tie = tie_share(weights, pivot, DENSITY)
                 t_all = ctx.time(partial(_generate, weights, pattern, method), graph=False)
-                t_mask = ctx.time(partial(_masks, weights, pattern, method, pivot), graph=False)
+                t_mask = ctx.time(partial(_masks, weights, pattern, method, pivot, tie), graph=False)
                 add = partial(ctx.results.add, method, model, "bf16", verified=True, variant=pattern.name)
                 add("time", t_all.ms * cfg.layers, "ms", timer=t_all.timer)
                 add("mask_time", t_mask.ms * cfg.layers, "ms", timer=t_mask.timer)
@@ -147,7 +149,7 @@ def run(ctx: RunContext) -> None:
                 )
                 t_model[method] = (t_all.ms, t_mask.ms)
                 if method == "fast" and ctx.device.type == "cuda":
-                    t_graph = ctx.time(partial(_masks, weights, pattern, method, pivot), graph=True)
+                    t_graph = ctx.time(partial(_masks, weights, pattern, method, pivot, tie), graph=True)
                     if t_graph.timer == "cuda-graph-do_bench":
                         add("mask_time_graph", t_graph.ms * cfg.layers, "ms", timer=t_graph.timer)
                         add(
@@ -181,25 +183,34 @@ def run(ctx: RunContext) -> None:
 
 
 def _law_of_large_numbers(ctx: RunContext, gen: torch.Generator) -> None:
-    """FAST's density error vs number of tiles (TBS(4,4), 50%): mean |error| over 8 seeds."""
+    """FAST's density error vs number of tiles (TBS(4,4), 50%, pivot and tie share from the
+    weight): root-mean-square of achieved - target over 16 seeds, which should fall like
+    1/sqrt(tiles); plus the error on one Llama-2 13B FFN weight per pattern."""
     sizes = (256, 1024, 4096) if ctx.profile == "full" else (64, 128, 256)
     pattern = TBS(4)
     for n in sizes:
         w = torch.randn(n, n, device=ctx.device, generator=gen).to(torch.bfloat16)
         errs = [
-            abs(mask_quality(w, flex_mask(w, pattern, DENSITY, "fast", s), pattern, DENSITY)["density_error"])
-            for s in range(8)
+            mask_quality(w, flex_mask(w, pattern, DENSITY, "fast", s), pattern, DENSITY)["density_error"]
+            for s in range(16)
         ]
+        rms = (sum(e * e for e in errs) / len(errs)) ** 0.5
         ctx.results.add(
             "fast",
             f"{n}x{n}",
             "bf16",
-            "mean_abs_density_error",
-            sum(errs) / len(errs),
+            "rms_density_error",
+            rms,
             "fraction",
             verified=True,
             variant=f"{pattern.name} tiles={(n // 4) ** 2}",
         )
+    o, i = (13824, 5120) if ctx.profile == "full" else (256, 128)
+    w = (0.02 * torch.randn(o, i, device=ctx.device, generator=gen)).to(torch.bfloat16)
+    for spec in PATTERNS:
+        p = parse_pattern(spec)
+        err = mask_quality(w, flex_mask(w, p, DENSITY, "fast", SEED), p, DENSITY)["density_error"]
+        ctx.results.add("fast", f"{o}x{i}", "bf16", "ffn_density_error", err, "fraction", verified=True, variant=p.name)
 
 
 def _heuristic_gap(ctx: RunContext, gen: torch.Generator) -> None:

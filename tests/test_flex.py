@@ -130,3 +130,23 @@ def test_bad_inputs(kwargs, exc, match):
     args = {"w": torch.randn(8, 8), "pattern": TBS(4), "density": 0.5, "pivot": 0.5, **kwargs}
     with pytest.raises(exc, match=match):
         flex_mask(**args)
+
+
+def test_tie_share_makes_the_budget_exact_with_ties():
+    """bf16-like data: many entries equal the pivot; the tie share keeps E[kept] = k."""
+    from kernels.flex import tie_share
+
+    w = torch.randint(-8, 9, (64, 256)).float()  # 17 values only: massive ties
+    d = 0.5
+    k = round(d * w.numel())
+    piv = pivot_of(w, d)
+    tie = tie_share(w, piv, d)
+    assert 0.0 < tie < 1.0
+    _, counts = tile_counts(w, TBS(4), piv, tie)
+    assert abs(float(counts.sum()) - k) < 1e-2
+    m = flex_mask(w, TBS(4), d, method="torch")  # pivot and tie from w
+    assert 0 <= k - int(m.sum()) < 16
+    kept = [int(flex_mask(w, TBS(4), d, method="fast", seed=s).sum()) for s in range(30)]
+    assert abs(sum(kept) / len(kept) - k) < 0.01 * k
+    ref = flex_mask_reference(w, TBS(4), d, "fast", 5, piv, tie)
+    assert torch.equal(TBS(4).tile_configs(fast_mask_triton(w, TBS(4), piv, 5, tie)), TBS(4).tile_configs(ref))
