@@ -3,7 +3,8 @@
 One pass over the weight per pattern family: load a block of tiles, count |w| > pivot and
 |w| == pivot per tile (ties weighted by the tie share), draw u = Philox(seed, tile)
 (``tl.rand``), choose the configuration by the same float32 expression as the reference
-(``kernels.flex.choose_configs``), select within the tile, write the byte mask. Tiles map to program lanes: a program takes one tile row and a block of tiles along
+(``kernels.flex.choose_configs``), select within the tile, write the byte mask. Tiles map to
+program lanes: a program takes one tile row and a block of tiles along
 it, sized so that every program moves a few KB (the "tiles to threads or blocks" heuristic:
 large tiles are spread over many lanes, small tiles get one lane each).
 
