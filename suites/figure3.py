@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from matplotlib.ticker import ScalarFormatter
 
 from kernels._common import use_triton
 from kernels.flex import METHODS, flex_mask, flex_mask_reference, mask_quality, tie_share, tile_counts
@@ -344,6 +345,9 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
                 ax.axhline(pp[key], color=PALETTE[i], linestyle="--", linewidth=1, label=f"paper avg {pp[key]:g}x")
         ax.legend(fontsize=7, loc="upper left", ncol=2)
         ax.axhline(1.0, color="black", linewidth=0.6)
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(0.8, max(hi, 30.0))
+        ax.yaxis.set_major_formatter(ScalarFormatter())
     dev, prof = df["device"].iloc[0], df["profile"].iloc[0]
     fig.suptitle(f"{TITLE}  [{dev}, {prof}]", fontsize=9)
     return save(fig, stem)
