@@ -478,3 +478,49 @@ def find_pivot(
 ) -> float:
     """The pivot of :func:`find_pivot_stats` (keep ``|w| >= pivot``); +inf when k == 0."""
     return find_pivot_stats(tensors, density, method, group, **opts).pivot
+
+
+def pivot_and_tie_16bit(tensors: torch.Tensor | Sequence[torch.Tensor], density: float) -> tuple[float, float]:
+    """Exact pivot and tie share of 16-bit weights (bf16 or fp16) in one process, in two passes.
+
+    A non-negative 16-bit float orders like its 15 low bits, so the k-th largest |w| is found by
+    a 256-bin histogram of the high 8 bits, then a 128-bin histogram of the low 7 bits inside the
+    bucket that holds rank k (``torch.bincount``: no sort, two reads of the weights). The final
+    bin also gives #(|w| > pivot) and #(|w| == pivot), hence the tie share that makes a budget
+    exact (``kernels.flex.tie_share``) without another pass. Returns (pivot, tie share)."""
+    ts = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+    if not ts or any(t.dtype not in (torch.bfloat16, torch.float16) for t in ts):
+        raise TypeError("pivot_and_tie_16bit needs bf16 or fp16 tensors")
+    if len({t.dtype for t in ts}) != 1:
+        raise TypeError("all tensors must share one dtype")
+    d = float(density)
+    if not 0.0 <= d <= 1.0:
+        raise ValueError(f"density must lie in [0, 1], got {density!r}")
+    n = sum(t.numel() for t in ts)
+    k = round(d * n)
+    if k == 0:
+        return math.inf, 1.0
+    dev = ts[0].device
+
+    def mags(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(-1).view(torch.int16).to(torch.int32) & 0x7FFF
+
+    hi = torch.zeros(256, dtype=torch.int64, device=dev)
+    for t in ts:
+        hi += torch.bincount(mags(t) >> 7, minlength=256)
+    cum = hi.flip(0).cumsum(0)
+    i = int(torch.searchsorted(cum, torch.tensor([k], device=dev)).item())
+    bucket = 255 - i
+    above = int(cum[i]) - int(hi[bucket])
+    lo = torch.zeros(128, dtype=torch.int64, device=dev)
+    for t in ts:
+        m = mags(t)
+        lo += torch.bincount(m[(m >> 7) == bucket] & 0x7F, minlength=128)
+    cum2 = lo.flip(0).cumsum(0)
+    j = int(torch.searchsorted(cum2, torch.tensor([k - above], device=dev)).item())
+    low = 127 - j
+    eq = int(lo[low])
+    gt = above + int(cum2[j]) - eq
+    bits = torch.tensor([(bucket << 7) | low], dtype=torch.int16)
+    pivot = float(bits.view(ts[0].dtype).float().item())
+    return pivot, min(1.0, max(0.0, (k - gt) / eq))

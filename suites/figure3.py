@@ -5,7 +5,8 @@ TBS(4,4), TBS(8,8), Vegeta(4), Vegeta(8) and SR-STE's 2:4; plus the training-ste
 
 Mask generation of a model = the sparse linears of one block (q, k, v, o, gate, up, down) with a
 pivot shared by the block, timed as one call, times the number of layers (all blocks have the
-same shapes). The pivot search is part of it (exact top-k for every method on one GPU; the
+same shapes). The pivot search is part of it (top-k plus a tie count for the PyTorch and
+Vegeta-based methods; an exact two-pass 16-bit histogram select for FAST on one GPU; the
 distribution-aware search is measured under sharding by suite pivot_comm); ``mask_time`` rows time
 the masks alone given the pivot. All methods are timed eagerly (host launches included: the
 torch and vegeta methods sync with the host and cannot be graph-captured); ``mask_time_graph``
@@ -38,10 +39,12 @@ TITLE = "FAST Fig. 3: flex-SS mask generation speedup (PyTorch / Vegeta-based / 
 
 DENSITY = 0.5
 PATTERNS = ("TBS(4)", "TBS(8)", "Vegeta(4)", "Vegeta(8)", "2:4")
-# On one GPU the exact (top-k) pivot is the fastest (H100, 460M block: exact 0.8 ms, radix 5.4 ms,
-# gaussian 7.1 ms: its rounds sync with the host); the distribution-aware search pays off when the
-# weights are sharded (suite pivot_comm). All methods share it here, so speedups are the masks'.
-PIVOT_METHOD = {"torch": "exact", "vegeta": "exact", "fast": "exact"}
+# The pivot (and the tie share that makes budgets exact) is part of mask generation. The PyTorch
+# and Vegeta-based methods take it the way a PyTorch user would: top-k, then a count of the ties.
+# FAST on one GPU: an exact two-pass histogram select on the 16-bit patterns (no sort; the last bin
+# gives the ties). Its distribution-aware search pays off when weights are sharded (pivot_comm);
+# on one GPU its rounds sync with the host (H100, 460M block: top-k 0.8 ms, gaussian 7.1 ms).
+PIVOT_METHOD = {"torch": "topk", "vegeta": "topk", "fast": "histogram"}
 FULL_MODELS = ("map-neo-460m", "map-neo-7b", "llama2-13b")
 SMOKE = LlamaConfig(hidden=128, ffn=256, layers=2, heads=4, vocab=256, seq_len=32)
 SEED = 1234
@@ -58,10 +61,14 @@ def _block(cfg: LlamaConfig, device: torch.device, gen: torch.Generator) -> dict
     }
 
 
-def _pivot(weights: list[torch.Tensor], method: str) -> float:
-    from kernels.pivot import find_pivot
+def _pivot(weights: list[torch.Tensor], method: str) -> tuple[float, float]:
+    """(pivot, tie share) of the block, the way ``method`` computes it."""
+    from kernels.pivot import find_pivot, pivot_and_tie_16bit
 
-    return find_pivot(weights, DENSITY, method=PIVOT_METHOD[method])
+    if PIVOT_METHOD[method] == "histogram" and weights[0].dtype in (torch.bfloat16, torch.float16):
+        return pivot_and_tie_16bit(weights, DENSITY)
+    pivot = find_pivot(weights, DENSITY, method="exact")
+    return pivot, tie_share(weights, pivot, DENSITY)
 
 
 def _masks(weights: list[torch.Tensor], pattern, method: str, pivot: float, tie: float) -> list[torch.Tensor]:
@@ -69,16 +76,15 @@ def _masks(weights: list[torch.Tensor], pattern, method: str, pivot: float, tie:
 
 
 def _generate(weights: list[torch.Tensor], pattern, method: str) -> list[torch.Tensor]:
-    pivot = _pivot(weights, method)
-    return _masks(weights, pattern, method, pivot, tie_share(weights, pivot, DENSITY))
+    return _masks(weights, pattern, method, *_pivot(weights, method))
 
 
 def check(ctx: RunContext, model: str, block: dict[str, torch.Tensor], pattern, method: str) -> list[torch.Tensor]:
     """Masks valid, budgets met, FAST's kernel equal to its reference; quality rows added."""
     weights = list(block.values())
-    exact = _pivot(weights, "torch")
-    ctx.check(_pivot(weights, method) == exact, f"{model} {method}'s pivot != exact pivot")
-    tie = tie_share(weights, exact, DENSITY)
+    exact, tie = _pivot(weights, "torch")
+    mine, my_tie = _pivot(weights, method)
+    ctx.check(mine == exact and abs(my_tie - tie) < 1e-9, f"{model} {method}'s pivot or tie share != top-k's")
     masks = _masks(weights, pattern, method, exact, tie)
     tag = f"{model} {pattern.name} {method}"
     kept = total = 0
@@ -133,8 +139,7 @@ def run(ctx: RunContext) -> None:
             t_model = {}
             for method in METHODS:
                 check(ctx, model, block, pattern, method)
-                pivot = _pivot(weights, method)
-                tie = tie_share(weights, pivot, DENSITY)
+                pivot, tie = _pivot(weights, method)
                 t_all = ctx.time(partial(_generate, weights, pattern, method), graph=False)
                 t_mask = ctx.time(partial(_masks, weights, pattern, method, pivot, tie), graph=False)
                 add = partial(ctx.results.add, method, model, "bf16", verified=True, variant=pattern.name)

@@ -316,3 +316,17 @@ def _check_distributed(tmp_path, world: int, backend: str) -> None:
             radix = res[f"{case}|{density}|radix|"]
             # 31 value bits: 8 + 8 + 8 + 7; k == 0 is known after the first pass
             assert radix[3:5] == ([4, (3 * 256 + 128) * 8] if density > 0 else [1, 256 * 8])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("density", [0.5, 0.01, 0.999, 1.0])
+def test_pivot_and_tie_16bit_equals_exact(dtype, density):
+    from kernels.flex import tie_share
+    from kernels.pivot import pivot_and_tie_16bit
+
+    g = torch.Generator().manual_seed(3)
+    ts = [torch.randn(64, 96, generator=g).to(dtype), (torch.randn(333, generator=g) * 5).round().to(dtype)]
+    piv, tie = pivot_and_tie_16bit(ts, density)
+    ref = find_pivot(ts, density, method="exact")
+    assert piv == ref
+    assert tie == pytest.approx(tie_share(ts, ref, density))
