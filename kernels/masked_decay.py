@@ -24,20 +24,9 @@ import triton
 import triton.language as tl
 
 from kernels._common import FLOAT_DTYPES, cdiv, check_same_device, check_same_shape, check_tensor, use_triton
+from kernels._triton_utils import cast_out
 
 _BLOCK = 1024
-
-
-@triton.jit
-def _cast_out(v, out_ptr):
-    """fp32 -> output dtype with round-to-nearest-even (bf16 rounded by hand: the Triton
-    interpreter truncates fp32 -> bf16, the GPU rounds to nearest even)."""
-    ty: tl.constexpr = out_ptr.dtype.element_ty
-    if tl.constexpr(ty == tl.bfloat16):
-        b = v.to(tl.uint32, bitcast=True)
-        b = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
-        v = b.to(tl.float32, bitcast=True)
-    return v.to(ty)
 
 
 @triton.jit
@@ -48,7 +37,7 @@ def _masked_decay_kernel(g_ptr, w_ptr, m_ptr, alpha, n, BLOCK: tl.constexpr):
     w = tl.load(w_ptr + offs, mask=valid, other=0.0).to(tl.float32)
     keep = tl.load(m_ptr + offs, mask=valid, other=1) != 0
     # kept positions are not written (grad stays bit-exact there)
-    tl.store(g_ptr + offs, _cast_out(g + alpha * w, g_ptr), mask=valid & ~keep)
+    tl.store(g_ptr + offs, cast_out(g + alpha * w, g_ptr), mask=valid & ~keep)
 
 
 def _check_alpha(alpha: object) -> float:

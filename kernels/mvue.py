@@ -46,6 +46,7 @@ import triton
 import triton.language as tl
 
 from kernels._common import FLOAT_DTYPES, cdiv, check_divisible, check_same_device, check_tensor, use_triton
+from kernels._triton_utils import cast_out
 
 GROUP = 4
 _F32_MAX = torch.finfo(torch.float32).max
@@ -117,19 +118,6 @@ def _mvue_group(x0, x1, x2, x3, u):
 
 
 @triton.jit
-def _cast_out(v, out_ptr):
-    """fp32 -> output dtype with round-to-nearest-even. bf16 is rounded by hand: the Triton
-    interpreter truncates fp32 -> bf16 while the GPU rounds to nearest even; after this the
-    final conversion is exact on both."""
-    ty: tl.constexpr = out_ptr.dtype.element_ty
-    if tl.constexpr(ty == tl.bfloat16):
-        b = v.to(tl.uint32, bitcast=True)
-        b = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
-        v = b.to(tl.float32, bitcast=True)
-    return v.to(ty)
-
-
-@triton.jit
 def _mvue24_rows_kernel(x_ptr, out_ptr, mask_ptr, seed, n_groups, WRITE_MASK: tl.constexpr, BLOCK_G: tl.constexpr):
     """Groups are 4 contiguous elements (dim is the innermost one): coalesced [BLOCK_G, 4] tiles."""
     pid = tl.program_id(0).to(tl.int64)
@@ -145,7 +133,7 @@ def _mvue24_rows_kernel(x_ptr, out_ptr, mask_ptr, seed, n_groups, WRITE_MASK: tl
     u = tl.rand(seed, g)
     o0, o1, o2, o3, k0, k1, k2, k3 = _mvue_group(x0, x1, x2, x3, u)
     o = tl.reshape(tl.join(tl.join(o0, o2), tl.join(o1, o3)), (BLOCK_G, 4))
-    tl.store(out_ptr + offs, _cast_out(o, out_ptr), mask=lmask)
+    tl.store(out_ptr + offs, cast_out(o, out_ptr), mask=lmask)
     if WRITE_MASK:
         k = tl.reshape(tl.join(tl.join(k0, k2), tl.join(k1, k3)), (BLOCK_G, 4))
         tl.store(mask_ptr + offs, k, mask=lmask)
@@ -181,10 +169,10 @@ def _mvue24_strided_kernel(
     g = row % n_groups_dim
     u = tl.rand(seed, (o * inner + i) * n_groups_dim + g)
     o0, o1, o2, o3, k0, k1, k2, k3 = _mvue_group(x0, x1, x2, x3, u)
-    tl.store(out_ptr + base, _cast_out(o0, out_ptr), mask=m)
-    tl.store(out_ptr + base + inner, _cast_out(o1, out_ptr), mask=m)
-    tl.store(out_ptr + base + 2 * inner, _cast_out(o2, out_ptr), mask=m)
-    tl.store(out_ptr + base + 3 * inner, _cast_out(o3, out_ptr), mask=m)
+    tl.store(out_ptr + base, cast_out(o0, out_ptr), mask=m)
+    tl.store(out_ptr + base + inner, cast_out(o1, out_ptr), mask=m)
+    tl.store(out_ptr + base + 2 * inner, cast_out(o2, out_ptr), mask=m)
+    tl.store(out_ptr + base + 3 * inner, cast_out(o3, out_ptr), mask=m)
     if WRITE_MASK:
         tl.store(mask_ptr + base, k0, mask=m)
         tl.store(mask_ptr + base + inner, k1, mask=m)
