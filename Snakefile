@@ -53,3 +53,16 @@ rule run_suite:
         "workflow/envs/repro.yaml"
     shell:
         "{params.python} -m repro run {wildcards.suite} --profile {params.profile} 2>&1 | tee {log}"
+
+
+rule dashboard:
+    output:
+        "site/index.html",
+    log:
+        "logs/dashboard.log",
+    params:
+        python=PYTHON,
+    conda:
+        "workflow/envs/repro.yaml"
+    shell:
+        "{params.python} -m repro dashboard --out site 2>&1 | tee {log}"

@@ -1,4 +1,4 @@
-"""Command line: ``python -m repro list | run SUITE | compare SUITE | plot SUITE``."""
+"""Command line: ``python -m repro list | run SUITE | compare SUITE | plot SUITE | dashboard``."""
 
 from __future__ import annotations
 
@@ -106,6 +106,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from repro.dashboard import build_site
+
+    index = build_site(args.results_dir, args.figures_dir, args.out)
+    print(f"wrote {index}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="repro", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -132,6 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("suite")
     pl.add_argument("--results-dir", default=None)
     pl.set_defaults(fn=cmd_plot)
+    d = sub.add_parser("dashboard", help="build a static offline site from results/ and figures/")
+    d.add_argument("--results-dir", default=None, help="root of results/ (default: the repo's)")
+    d.add_argument("--figures-dir", default=None, help="root of figures/ (default: the repo's)")
+    d.add_argument("--out", default="site", help="output folder (replaced)")
+    d.set_defaults(fn=cmd_dashboard)
     return p
 
 

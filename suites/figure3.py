@@ -332,6 +332,20 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def summary(df: pd.DataFrame) -> str:
+    """One line of paper vs ours: FAST's mean speedups on MAP-NEO 460M."""
+    t = compare(df)
+    ours = t[(t["model"] == "map-neo-460m") & (t["pattern"] == "average (ours)")]
+    paper = t[(t["model"] == "map-neo-460m") & (t["pattern"].astype(str).str.startswith("average (paper"))]
+    if ours.empty or paper.empty:
+        return "see page"
+    o, p = ours.iloc[0], paper.iloc[0]
+    return (
+        f"MAP-NEO 460M, FAST vs PyTorch: paper {p['fast_vs_torch']:.3g}x vs ours {o['fast_vs_torch']:.3g}x; "
+        f"vs Vegeta-based: paper {p['fast_vs_vegeta']:.3g}x vs ours {o['fast_vs_vegeta']:.3g}x"
+    )
+
+
 def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
     table = compare(df)
     table = table[~table["pattern"].astype(str).str.startswith("average")]

@@ -1,0 +1,355 @@
+"""Static results site: ``python -m repro dashboard [--results-dir DIR] [--figures-dir DIR] [--out site]``.
+
+Builds plain HTML pages from ``results/`` and ``figures/`` that work offline (no CDN, no external
+scripts or fonts; one small inline click-to-sort script), publishable as is:
+
+- ``index.html``: every table and figure of every paper, its status, a short paper vs ours summary,
+  the GPU(s) it ran on and the command that rebuilds it;
+- ``<suite>.html``: per device and profile (CPU smoke rows kept apart from GPU rows and labelled),
+  the figure, the paper vs ours table, all rows, provenance and the correctness checks;
+- ``kernels.html``: each timed kernel's bandwidth as a share of the measured copy bandwidth, per
+  GPU, and the saved pytest-benchmark runs under ``results/benchmarks/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import inspect
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from repro.paper import paper_index
+from repro.results import PROVENANCE_COLUMNS, load_suite_results
+
+KERNEL_METRICS = ("pct_of_copy", "mask_pct_of_copy", "mask_graph_pct_of_copy")
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5em auto;max-width:1200px;
+padding:0 1em;color:#222}
+h1,h2,h3{font-weight:600}nav a{margin-right:1em}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}
+th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
+th{background:#f0f0f0;cursor:pointer;user-select:none}th.asc:after{content:" \\25B2"}
+th.desc:after{content:" \\25BC"}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.scroll{max-height:480px;overflow:auto;border:1px solid #ddd;margin-bottom:1.5em}
+.wide{overflow-x:auto}.scroll table{margin:0}
+.badge{display:inline-block;padding:1px 6px;border-radius:3px;font-size:12px}
+.reproduced{background:#c8f0c8}.partly{background:#fbe7a8}.notyet{background:#eee}
+.smoke{background:#fbe7a8;padding:.5em;border-left:4px solid #d9a400}
+section.run{border-top:2px solid #888;margin-top:2em}img{max-width:100%;border:1px solid #ddd}
+code{background:#f4f4f4;padding:0 3px}
+"""
+
+# Click a header to sort by that column (numbers numerically, empty cells last); click again to flip.
+_JS = """
+(function(){
+function key(td){var t=td?td.textContent.trim():"";var n=parseFloat(t.replace(/,/g,""));
+return {t:t,n:(t!==""&&isFinite(n)&&/^[-+]?[0-9.]/.test(t))?n:null};}
+function cmp(a,b){if(a.t===""&&b.t==="")return 0;if(a.t==="")return 1;if(b.t==="")return -1;
+if(a.n!==null&&b.n!==null)return a.n-b.n;if(a.n!==null)return -1;if(b.n!==null)return 1;
+return a.t.localeCompare(b.t);}
+document.querySelectorAll("table.sortable").forEach(function(tbl){
+var ths=tbl.tHead?tbl.tHead.rows[0].cells:[];
+Array.prototype.forEach.call(ths,function(th,i){th.addEventListener("click",function(){
+var asc=!th.classList.contains("asc");
+Array.prototype.forEach.call(ths,function(h){h.classList.remove("asc","desc");});
+th.classList.add(asc?"asc":"desc");var body=tbl.tBodies[0];
+var rows=Array.prototype.slice.call(body.rows);
+rows.sort(function(r1,r2){var c=cmp(key(r1.cells[i]),key(r2.cells[i]));return asc?c:-c;});
+rows.forEach(function(r){body.appendChild(r);});});});});
+})();
+"""
+
+
+def _e(x: object) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, float):
+        if pd.isna(v):
+            return ""
+        return f"{v:.4g}"
+    if v is None or (not isinstance(v, str) and pd.isna(v)):
+        return ""
+    return str(v)
+
+
+def _table(df: pd.DataFrame, scroll: bool = False) -> str:
+    if df is None or df.empty:
+        return "<p><em>no rows</em></p>"
+    head = "".join(f"<th>{_e(c)}</th>" for c in df.columns)
+    num = [pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in df.columns]
+    body = []
+    for row in df.itertuples(index=False):
+        cells = "".join(
+            f'<td class="num">{_e(_fmt(v))}</td>' if isnum else f"<td>{_e(_fmt(v))}</td>"
+            for v, isnum in zip(row, num, strict=True)
+        )
+        body.append(f"<tr>{cells}</tr>")
+    t = f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return f'<div class="{"scroll" if scroll else "wide"}">{t}</div>'
+
+
+def _page(title: str, body: str) -> str:
+    nav = '<nav><a href="index.html">Overview</a><a href="kernels.html">Kernels</a></nav>'
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>{nav}<h1>{_e(title)}</h1>{body}"
+        f"<script>{_JS}</script></body></html>\n"
+    )
+
+
+def _is_gpu(device: str) -> bool:
+    return device != "cpu"
+
+
+def _run_order(key: tuple[str, str]) -> tuple:
+    device, profile = key
+    return (not _is_gpu(device), profile != "full", device)
+
+
+def _first_paragraph(doc: str | None) -> str:
+    doc = inspect.cleandoc(doc or "")
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def _safe_compare(mod, df: pd.DataFrame) -> pd.DataFrame | None:
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # some compare()s print a note
+            out = mod.compare(df)
+    except Exception:  # a suite's compare() may not handle partial data; the page says so
+        return None
+    return out if isinstance(out, pd.DataFrame) else None
+
+
+def _ratio_summary(table: pd.DataFrame | None) -> str:
+    """Paper vs ours from a compare() table with ``paper_ratio`` and ``our_ratio`` columns (means
+    over the rows that have both), else 'see page'. Suites may define ``summary(df)`` instead."""
+    if table is None or table.empty or not {"paper_ratio", "our_ratio"} <= set(table.columns):
+        return "see page"
+    both = table[["paper_ratio", "our_ratio"]].dropna()
+    if both.empty:
+        return "see page"
+    return f"ratio: paper {both['paper_ratio'].mean():.3g}x vs ours {both['our_ratio'].mean():.3g}x (mean)"
+
+
+def _preferred_run(df: pd.DataFrame) -> pd.DataFrame:
+    """GPU full-profile rows if any, else all smoke rows (the summary says which)."""
+    gpu_full = df[(df["device"] != "cpu") & (df["profile"] == "full")]
+    if not gpu_full.empty:
+        first = sorted(gpu_full["device"].unique())[0]
+        return gpu_full[gpu_full["device"] == first]
+    if df.empty:
+        return df
+    key = sorted(df.groupby(["device", "profile"]).groups, key=_run_order)[0]
+    return df[(df["device"] == key[0]) & (df["profile"] == key[1])]
+
+
+def _status(df: pd.DataFrame | None) -> str:
+    if df is None:
+        return "not yet"
+    if ((df["device"] != "cpu") & (df["profile"] == "full")).any():
+        return "reproduced"
+    return "partly"
+
+
+def _gpus(df: pd.DataFrame | None) -> str:
+    if df is None or df.empty:
+        return ""
+    runs = []
+    for (dev, prof), part in sorted(df.groupby(["device", "profile"]), key=lambda kv: _run_order(kv[0])):
+        name = part["gpu_name"].iloc[0] if _is_gpu(dev) else "CPU"
+        runs.append(f"{name} ({prof})")
+    return ", ".join(runs)
+
+
+def _copy_figures(figures_dir: Path, out: Path, device: str, suite: str) -> list[str]:
+    """Copy figures/<device>/<suite>.{png,svg} into the site; return the PNG's (or SVG's) site path."""
+    shown = []
+    for ext in ("png", "svg"):
+        src = figures_dir / device / f"{suite}.{ext}"
+        if src.is_file():
+            dst = out / "figures" / device / src.name
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+            shown.append(f"figures/{device}/{src.name}")
+    return shown
+
+
+def _suite_page(name: str, mod, df: pd.DataFrame, figures_dir: Path, out: Path) -> None:
+    body = [
+        f"<p>{_e(mod.PAPER)} {_e(mod.ARTIFACT)}. Rebuild: <code>snakemake {_e(name)}</code> "
+        f"(or <code>python -m repro run {_e(name)}</code>).</p>",
+        "<h2>Correctness checks that gate the numbers</h2>",
+        f"<p>{_e(_first_paragraph(mod.__doc__))}</p>",
+        "<p>A run checks correctness before timing anything and writes nothing if a check fails; "
+        "rows marked <code>verified=True</code> passed their check on the device named.</p>",
+    ]
+    groups = sorted(df.groupby(["device", "profile"]), key=lambda kv: _run_order(kv[0]))
+    toc = "".join(f'<li><a href="#run-{_e(d)}-{_e(p)}">{_e(d)} / {_e(p)} profile</a></li>' for (d, p), _ in groups)
+    body.append(f"<h2>Runs</h2><ul>{toc}</ul>")
+    for (dev, prof), part in groups:
+        gpu = _is_gpu(dev)
+        kind = f"GPU: {part['gpu_name'].iloc[0]}" if gpu else "CPU"
+        body.append(
+            f'<section class="run" id="run-{_e(dev)}-{_e(prof)}" data-device="{_e(dev)}" data-profile="{_e(prof)}">'
+        )
+        body.append(f"<h2>{_e(dev)} &mdash; {_e(prof)} profile ({_e(kind)})</h2>")
+        if prof != "full" or not gpu:
+            body.append(
+                f'<p class="smoke">{_e(prof)} profile on {"a GPU" if gpu else "a CPU"}: tiny shapes and/or '
+                "interpreted kernels with a host timer; these rows check the pipeline and are "
+                "<strong>not performance claims</strong>.</p>"
+            )
+        # figures/<device>/<suite> is drawn from full rows where the device has them (repro plot)
+        has_full = (df[(df["device"] == dev)]["profile"] == "full").any()
+        if prof == "full" or not has_full:
+            figs = _copy_figures(figures_dir, out, dev, name)
+            png = [f for f in figs if f.endswith(".png")] or figs[:1]
+            for f in png:
+                links = " ".join(f'<a href="{_e(g)}">{_e(Path(g).suffix[1:].upper())}</a>' for g in figs)
+                body.append(
+                    f'<figure><img src="{_e(f)}" alt="{_e(name)} on {_e(dev)}">'
+                    f"<figcaption>{links}</figcaption></figure>"
+                )
+            if not figs:
+                body.append(f"<p><em>no figure in figures/{_e(dev)}/</em></p>")
+        ver = int(part["verified"].sum())
+        body.append(f"<h3>Correctness</h3><p>{ver} of {len(part)} rows verified.</p>")
+        table = _safe_compare(mod, part)
+        body.append("<h3>Paper vs ours</h3>")
+        body.append(_table(table) if table is not None else "<p><em>compare() failed on these rows</em></p>")
+        body.append("<h3>Provenance</h3>")
+        prov = pd.DataFrame(
+            {"field": c, "values": ", ".join(sorted({_fmt(v) for v in part[c]}))} for c in PROVENANCE_COLUMNS
+        )
+        body.append(_table(prov))
+        body.append(f"<h3>All rows ({len(part)})</h3>")
+        cols = [c for c in part.columns if c not in PROVENANCE_COLUMNS or c == "device"]
+        body.append(_table(part[cols].reset_index(drop=True), scroll=True))
+        body.append("</section>")
+    (out / f"{name}.html").write_text(_page(f"{name}: {mod.TITLE}", "\n".join(body)), encoding="utf-8")
+
+
+def _benchmark_runs(results_dir: Path) -> pd.DataFrame:
+    rows = []
+    for p in sorted((results_dir / "benchmarks").glob("**/*.json")):
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        mi = data.get("machine_info") or {}
+        rows.append(
+            {
+                "name": str(p.relative_to(results_dir)),
+                "date": data.get("datetime", ""),
+                "gpu": mi.get("gpu", "") if isinstance(mi, dict) else "",
+                "benchmarks": len(data.get("benchmarks") or []),
+            }
+        )
+    return pd.DataFrame(rows, columns=["name", "date", "gpu", "benchmarks"])
+
+
+def _kernels_page(frames: dict[str, pd.DataFrame], results_dir: Path, out: Path) -> None:
+    all_rows = [df for df in frames.values() if not df.empty]
+    df = pd.concat(all_rows, ignore_index=True) if all_rows else pd.DataFrame()
+    body = [
+        "<p>Achieved bandwidth of every timed kernel as a percentage of the device-to-device copy "
+        "bandwidth measured on the same device in the same run (the roofline of a memory-bound kernel).</p>"
+    ]
+    if not df.empty:
+        k = df[df["metric"].isin(KERNEL_METRICS)]
+        for (dev, prof), part in sorted(k.groupby(["device", "profile"]), key=lambda kv: _run_order(kv[0])):
+            label = part["gpu_name"].iloc[0] if _is_gpu(dev) else "CPU"
+            body.append(f'<section class="run" data-device="{_e(dev)}" data-profile="{_e(prof)}">')
+            body.append(f"<h2>{_e(label)} ({_e(dev)}, {_e(prof)} profile)</h2>")
+            if prof != "full" or not _is_gpu(dev):
+                body.append('<p class="smoke">smoke profile: not a performance claim.</p>')
+            cols = ["suite", "method", "variant", "shape", "dtype", "metric", "value", "unit", "verified"]
+            body.append(_table(part[cols].reset_index(drop=True), scroll=True))
+            body.append("</section>")
+    else:
+        body.append("<p><em>no results</em></p>")
+    bench = _benchmark_runs(results_dir)
+    body.append("<h2>Saved pytest-benchmark runs</h2>")
+    body.append(_table(bench) if not bench.empty else "<p><em>none saved under results/benchmarks/</em></p>")
+    (out / "kernels.html").write_text(_page("Kernels: bandwidth vs roofline", "\n".join(body)), encoding="utf-8")
+
+
+def build_site(
+    results_dir: Path | str | None = None, figures_dir: Path | str | None = None, out: Path | str = "site"
+) -> Path:
+    """Write the site into ``out`` (replacing it) and return the path of ``index.html``."""
+    from repro.provenance import REPO
+    from suites import SUITES, get_suite
+
+    results_dir = Path(results_dir) if results_dir else REPO / "results"
+    figures_dir = Path(figures_dir) if figures_dir else REPO / "figures"
+    out = Path(out)
+    if out.exists():
+        if any(out.iterdir()) and not (out / "index.html").is_file():
+            raise SystemExit(f"{out} exists and is not a site built by this command; refusing to replace it")
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+
+    mods = {name: get_suite(name) for name in SUITES}
+    frames = {name: load_suite_results(name, results_dir) for name in SUITES}
+    for name, mod in mods.items():
+        if not frames[name].empty:
+            _suite_page(name, mod, frames[name], figures_dir, out)
+    _kernels_page(frames, results_dir, out)
+
+    idx = paper_index()[["paper", "artifact", "source", "title"]].to_dict("records")
+    known = {(r["paper"], r["artifact"]) for r in idx}
+    for mod in mods.values():  # suites without a row in the paper index (e.g. a text section)
+        if (mod.PAPER, mod.ARTIFACT) not in known:
+            idx.append({"paper": mod.PAPER, "artifact": mod.ARTIFACT, "source": "", "title": mod.TITLE})
+    by_artifact = {(m.PAPER, m.ARTIFACT): n for n, m in mods.items()}
+    rows = []
+    for r in idx:
+        name = by_artifact.get((r["paper"], r["artifact"]))
+        df = frames.get(name) if name else None
+        has = df is not None and not df.empty
+        status = _status(df if name else None)
+        if name and not has:
+            summary = "suite ready, no results yet"
+        elif has:
+            run = _preferred_run(df)
+            if hasattr(mods[name], "summary"):
+                summary = mods[name].summary(run)
+            else:
+                summary = _ratio_summary(_safe_compare(mods[name], run))
+        else:
+            summary = ""
+        link = f'<a href="{_e(name)}.html">{_e(r["title"])}</a>' if has else _e(r["title"])
+        cls = status.replace(" ", "")
+        rows.append(
+            "<tr>"
+            f"<td>{_e(r['paper'])}</td><td>{_e(r['artifact'])}</td><td>{link}</td>"
+            f'<td><span class="badge {cls}">{_e(status)}</span></td><td>{_e(summary)}</td>'
+            f"<td>{_e(_gpus(df) if has else '')}</td>"
+            f"<td>{'<code>snakemake ' + _e(name) + '</code>' if name else ''}</td></tr>"
+        )
+    head = "".join(
+        f"<th>{h}</th>" for h in ("paper", "artifact", "title", "status", "paper vs ours", "ran on", "rebuild")
+    )
+    body = (
+        "<p>Every table and figure of the reproduced papers. <em>reproduced</em>: full-profile rows from a "
+        "GPU; <em>partly</em>: a suite exists but only smoke/CPU rows (or none) are stored; <em>not yet</em>: "
+        'no suite. Kernel bandwidth vs roofline: <a href="kernels.html">kernels</a>.</p>'
+        f'<table class="sortable" id="artifacts"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    )
+    index = out / "index.html"
+    index.write_text(_page("Structured sparse training: reproduction results", body), encoding="utf-8")
+    return index
