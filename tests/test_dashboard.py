@@ -138,8 +138,9 @@ def _chromium(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian: apt-get install -y chromium)")
-@pytest.mark.parametrize("page", ["index.html", "table2.html"])
+@pytest.mark.parametrize("page", ["index.html", "table2.html", "kernels.html"])  # every page of the fixture site
 def test_browser_renders(site: Path, tmp_path: Path, page: str) -> None:
+    assert sorted(p.name for p in site.glob("*.html")) == ["index.html", "kernels.html", "table2.html"]
     url = (site / page).resolve().as_uri()
     shot = tmp_path / f"{Path(page).stem}.png"
     r = _chromium([f"--screenshot={shot}", url], tmp_path)
@@ -150,6 +151,8 @@ def test_browser_renders(site: Path, tmp_path: Path, page: str) -> None:
     assert "Uncaught" not in dump.stderr, dump.stderr[-2000:]
     assert '<table class="sortable"' in dump.stdout and "</table>" in dump.stdout
     assert "table2" in dump.stdout
+    if page == "table2.html":  # the suite page shows its figure
+        assert "<img" in dump.stdout and "table2.png" in dump.stdout
     if os.environ.get("DASHBOARD_ARTIFACTS"):
         dest = Path(os.environ["DASHBOARD_ARTIFACTS"])
         dest.mkdir(parents=True, exist_ok=True)
