@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from kernels._gen_transposable import PAIRS, emit_search
+from kernels._gen_transposable import PAIRS, emit_running_best, emit_search
 
 TARGET = Path(__file__).with_name("_flex_tbs4_triton.py")
 
@@ -30,20 +30,12 @@ def _perm_lines(w, tag: str, better: str) -> None:
         w(f"    u = q {better} t")
         w(f"    b{tag}{pi} = tl.where(u, q, t)")
         w(f"    k{tag}{pi} = tl.where(u, {(1 << (8 + d)) | (1 << (12 + c))}, {(1 << (8 + c)) | (1 << (12 + d))})")
-    first = True
-    for a, b in itertools.permutations(range(4), 2):
-        rest = tuple(sorted(set(range(4)) - {a, b}))
-        pi = PAIRS.index(rest)
+    for i, (a, b) in enumerate(itertools.permutations(range(4), 2)):
+        pi = PAIRS.index(tuple(sorted(set(range(4)) - {a, b})))
         code = (1 << a) | (1 << (4 + b))
-        if first:
-            w(f"    s{tag} = x0{a} + x1{b} + b{tag}{pi}")
-            w(f"    c{tag} = k{tag}{pi} | {code}")
-            first = False
-        else:
-            w(f"    t = x0{a} + x1{b} + b{tag}{pi}")
-            w(f"    u = t {better} s{tag}")
-            w(f"    s{tag} = tl.where(u, t, s{tag})")
-            w(f"    c{tag} = tl.where(u, k{tag}{pi} | {code}, c{tag})")
+        emit_running_best(
+            w, f"s{tag}", f"c{tag}", f"x0{a} + x1{b} + b{tag}{pi}", f"k{tag}{pi} | {code}", i == 0, better
+        )
 
 
 def render() -> str:

@@ -39,6 +39,19 @@ def groups() -> dict[tuple[int, ...], list[tuple[int, int]]]:
     return out
 
 
+def emit_running_best(w, score: str, code: str, expr: str, bits: str, first: bool, better: str = ">") -> None:
+    """Emit one step of a running arg-best: candidate ``expr`` with mask code ``bits`` replaces
+    (``score``, ``code``) when strictly ``better`` (ties keep the earlier candidate)."""
+    if first:
+        w(f"    {score} = {expr}")
+        w(f"    {code} = {bits}")
+    else:
+        w(f"    t = {expr}")
+        w(f"    u = t {better} {score}")
+        w(f"    {score} = tl.where(u, t, {score})")
+        w(f"    {code} = tl.where(u, {bits}, {code})")
+
+
 def emit_search(w, score: str, code: str) -> None:
     """Emit the exhaustive transposable search over pair sums ``p{row}_{pair}`` (already emitted):
     the best of the 19 count-vector groups of rows 0-1 plus the complementary group of rows 2-3,
@@ -50,26 +63,11 @@ def emit_search(w, score: str, code: str) -> None:
         for gi, v in enumerate(keys):
             for k, (a, b) in enumerate(g[v]):
                 bits = (pair_bits(a) << shift) | (pair_bits(b) << (shift + 4))
-                expr = f"p{ra}_{a} + p{rb}_{b}"
-                if k == 0:
-                    w(f"    s{top}{gi} = {expr}")
-                    w(f"    c{top}{gi} = {bits}")
-                else:
-                    w(f"    t = {expr}")
-                    w(f"    u = t > s{top}{gi}")
-                    w(f"    s{top}{gi} = tl.where(u, t, s{top}{gi})")
-                    w(f"    c{top}{gi} = tl.where(u, {bits}, c{top}{gi})")
+                emit_running_best(w, f"s{top}{gi}", f"c{top}{gi}", f"p{ra}_{a} + p{rb}_{b}", str(bits), k == 0)
     index = {v: i for i, v in enumerate(keys)}
     for gi, v in enumerate(keys):
         comp = index[tuple(2 - x for x in v)]
-        if gi == 0:
-            w(f"    {score} = sh{gi} + sl{comp}")
-            w(f"    {code} = ch{gi} | cl{comp}")
-        else:
-            w(f"    t = sh{gi} + sl{comp}")
-            w(f"    u = t > {score}")
-            w(f"    {score} = tl.where(u, t, {score})")
-            w(f"    {code} = tl.where(u, ch{gi} | cl{comp}, {code})")
+        emit_running_best(w, score, code, f"sh{gi} + sl{comp}", f"ch{gi} | cl{comp}", gi == 0)
 
 
 def render() -> str:
