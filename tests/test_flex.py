@@ -150,3 +150,9 @@ def test_tie_share_makes_the_budget_exact_with_ties():
     assert abs(sum(kept) / len(kept) - k) < 0.01 * k
     ref = flex_mask_reference(w, TBS(4), d, "fast", 5, piv, tie)
     assert torch.equal(TBS(4).tile_configs(fast_mask_triton(w, TBS(4), piv, 5, tie)), TBS(4).tile_configs(ref))
+
+
+def test_generated_tbs4_kernel_is_current():
+    from kernels._gen_flex_tbs4 import TARGET, render
+
+    assert TARGET.read_text() == render(), "run: python -m kernels._gen_flex_tbs4"
