@@ -44,7 +44,7 @@ def test_pattern_table():
 
 
 def test_generated_kernel_is_current():
-    assert TARGET.read_text() == render(), "run: python kernels/_gen_transposable.py"
+    assert TARGET.read_text() == render(), "run: python -m kernels._gen_transposable"
 
 
 @pytest.mark.parametrize("shape", [(4, 4), (8, 12), (36, 20), (20, 260)])
