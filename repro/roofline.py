@@ -18,6 +18,7 @@ class Ceilings:
     gemm_dtype: str
     copy_bytes: int
     gemm_n: int
+    timer: str = ""
 
 
 def measure_ceilings(device: torch.device, *, copy_mib: int | None = None, gemm_n: int | None = None) -> Ceilings:
@@ -30,13 +31,14 @@ def measure_ceilings(device: torch.device, *, copy_mib: int | None = None, gemm_
     dst = torch.empty_like(src)
     # eager, not graph-captured: a captured device copy becomes a copy-engine memcpy node (slower)
     t = time_fn(partial(dst.copy_, src), device, graph=False)
+    copy_timer = t.timer
     copy_gbps = 2 * n * 4 / (t.ms * 1e-3) / 1e9
     dtype = torch.bfloat16 if cuda else torch.float32
     a = torch.randn(gemm_n, gemm_n, device=device, dtype=dtype)
     b = torch.randn(gemm_n, gemm_n, device=device, dtype=dtype)
     t = time_fn(partial(torch.matmul, a, b), device)
     tflops = 2 * gemm_n**3 / (t.ms * 1e-3) / 1e12
-    return Ceilings(copy_gbps, tflops, str(dtype).replace("torch.", ""), 2 * n * 4, gemm_n)
+    return Ceilings(copy_gbps, tflops, str(dtype).replace("torch.", ""), 2 * n * 4, gemm_n, copy_timer)
 
 
 def gbps(nbytes: int, ms: float) -> float:

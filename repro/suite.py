@@ -46,8 +46,8 @@ class RunContext:
     def same_bytes_copy_gbps(self, nbytes: int) -> float:
         """Bandwidth of a device copy that moves ``nbytes`` (read + write), timed like the kernels.
 
-        Small working sets do not reach the large-copy ceiling (launch latency, and the dirty L2
-        lines that do_bench's flush leaves behind); this is the practical roof at that size.
+        Small working sets do not reach the large-copy ceiling (launch latency and the ramp of a
+        short kernel); this is the practical roof at that size.
         """
         if nbytes not in self._copy_cache:
             src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device=self.device)
@@ -73,7 +73,7 @@ class RunContext:
 
     def add_ceiling_rows(self) -> None:
         c = self.ceilings
-        timer = "cuda-do_bench" if self.device.type == "cuda" else "cpu-perf_counter"
+        timer = self.ceilings.timer
         self.results.add(
             "ceiling", str(c.copy_bytes), "float32", "copy_bandwidth", c.copy_gbps, "GB/s", verified=True, timer=timer
         )

@@ -1,7 +1,15 @@
-"""Timers. GPU: ``triton.testing.do_bench`` over CUDA-graph replays of the call (CUDA events,
-warm-up, L2 flushed between runs, median). CPU (smoke profile only): host clock median after
-warm-up. A timing always says which of the two produced it, so CPU numbers are never mixed with
-GPU numbers."""
+"""Timers. GPU: CUDA events around CUDA-graph replays of the call, warm-up, L2 flushed before
+every sample, median (the method of ``triton.testing.do_bench``, with the flush made explicit).
+CPU (smoke profile only): host clock median after warm-up. A timing always says which timer and
+which flush produced it, so CPU numbers are never mixed with GPU numbers.
+
+Why our own loop rather than ``do_bench``: do_bench flushes L2 by zero-filling a 256 MB buffer,
+which leaves L2 full of *dirty* lines; the timed kernel then pays for writing them back to DRAM
+(up to the L2 size, 50 MB on an H100) as if it were its own traffic. For a 100 MB kernel that is a
+quarter of its bytes. The default ``flush="read"`` evicts L2 by reading a buffer larger than it,
+so the kernel starts with a cold L2 holding only clean lines: cold, but not billed for the
+harness's writes. ``flush="write"`` reproduces do_bench's behaviour for comparison.
+"""
 
 from __future__ import annotations
 
@@ -17,10 +25,13 @@ import torch
 @dataclass(frozen=True)
 class Timing:
     ms: float  # median milliseconds per call
-    timer: str  # "cuda-do_bench" or "cpu-perf_counter"
+    timer: str  # e.g. "cuda-graph-events-readflush", "cuda-events-writeflush", "cpu-perf_counter"
     reps: int
 
 
+FLUSHES = ("read", "write", "none")
+_FLUSH_BYTES = 256 * 2**20  # > 5x the L2 of an H100 / H200 (50 / 60 MB)
+_flush_buf: dict[torch.device, torch.Tensor] = {}
 _CAPTURE_BROKEN = False
 
 
@@ -38,16 +49,66 @@ def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def time_gpu(fn: Callable[[], object], warmup_ms: float = 25.0, rep_ms: float = 100.0, graph: bool = True) -> Timing:
-    """Median device time of ``fn``; do_bench flushes L2 before each call.
+def _flusher(flush: str) -> Callable[[], object]:
+    if flush not in FLUSHES:
+        raise ValueError(f"flush must be one of {FLUSHES}, got {flush!r}")
+    if flush == "none":
+        return lambda: None
+    dev = torch.device("cuda", torch.cuda.current_device())
+    if dev not in _flush_buf:
+        _flush_buf[dev] = torch.ones(_FLUSH_BYTES // 4, dtype=torch.int32, device=dev)
+    buf = _flush_buf[dev]
+    if flush == "write":
+        return buf.zero_  # do_bench's flush: leaves dirty lines in L2
+    return lambda: torch.amax(buf)  # reads every line: L2 ends up holding clean lines only
+
+
+def bench_events(
+    fn: Callable[[], object], warmup_ms: float = 25.0, rep_ms: float = 100.0, flush: str = "read"
+) -> float:
+    """Median milliseconds of ``fn`` between CUDA events, L2 flushed before each sample."""
+    flusher = _flusher(flush)
+    fn()
+    torch.cuda.synchronize()
+    # estimate the cost of one call (flush included) to size warm-up and repetitions
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        flusher()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    est = max(start.elapsed_time(end) / 5, 1e-3)
+    n_warm = max(1, int(warmup_ms / est))
+    n_rep = min(max(10, int(rep_ms / est)), 2000)
+    for _ in range(n_warm):
+        flusher()
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    for s, e in zip(starts, ends, strict=True):
+        flusher()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
+
+
+def time_gpu(
+    fn: Callable[[], object],
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    graph: bool = True,
+    flush: str = "read",
+) -> Timing:
+    """Median device time of ``fn`` with L2 flushed (``flush``, see module docstring) before each call.
 
     With ``graph`` (default) the call is captured in a CUDA graph and its replays are timed, so
     the number is device time, not the host's launch overhead (which otherwise leaks into the
     events of sub-100-microsecond kernels); a call that cannot be captured (it syncs with the
-    host) is timed directly. The ``timer`` field says which.
+    host) is timed directly. The ``timer`` field says which, and which flush.
     """
-    import triton.testing
-
     global _CAPTURE_BROKEN
     fn()
     torch.cuda.synchronize()
@@ -63,10 +124,10 @@ def time_gpu(fn: Callable[[], object], warmup_ms: float = 25.0, rep_ms: float = 
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             print(f"   note: capture failed ({first[:100]}); this and later calls are timed directly", file=sys.stderr)
         else:
-            ms = triton.testing.do_bench(g.replay, warmup=warmup_ms, rep=rep_ms, return_mode="median")
-            return Timing(ms=float(ms), timer="cuda-graph-do_bench", reps=-1)
-    ms = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
-    return Timing(ms=float(ms), timer="cuda-do_bench", reps=-1)
+            ms = bench_events(g.replay, warmup_ms, rep_ms, flush)
+            return Timing(ms=float(ms), timer=f"cuda-graph-events-{flush}flush", reps=-1)
+    ms = bench_events(fn, warmup_ms, rep_ms, flush)
+    return Timing(ms=float(ms), timer=f"cuda-events-{flush}flush", reps=-1)
 
 
 def time_cpu(fn: Callable[[], object], warmup: int = 1, reps: int = 5) -> Timing:
@@ -81,7 +142,7 @@ def time_cpu(fn: Callable[[], object], warmup: int = 1, reps: int = 5) -> Timing
     return Timing(ms=statistics.median(samples), timer="cpu-perf_counter", reps=reps)
 
 
-def time_fn(fn: Callable[[], object], device: torch.device, graph: bool = True, **kw: float) -> Timing:
+def time_fn(fn: Callable[[], object], device: torch.device, graph: bool = True, **kw: object) -> Timing:
     """Device-appropriate timer: ``time_gpu`` on CUDA, ``time_cpu`` elsewhere."""
     if device.type == "cuda":
         return time_gpu(fn, graph=graph, **kw)

@@ -160,7 +160,7 @@ def run(ctx: RunContext) -> None:
                 t_model[method] = (t_all.ms, t_mask.ms)
                 if method == "fast" and ctx.device.type == "cuda":
                     t_graph = ctx.time(partial(_masks, weights, pattern, method, pivot, tie), graph=True)
-                    if t_graph.timer == "cuda-graph-do_bench":
+                    if t_graph.timer.startswith("cuda-graph-"):
                         add("mask_time_graph", t_graph.ms * cfg.layers, "ms", timer=t_graph.timer)
                         add(
                             "mask_graph_pct_of_copy",
