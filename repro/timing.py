@@ -49,7 +49,7 @@ def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def _flusher(flush: str) -> Callable[[], object]:
+def l2_flusher(flush: str) -> Callable[[], object]:
     if flush not in FLUSHES:
         raise ValueError(f"flush must be one of {FLUSHES}, got {flush!r}")
     if flush == "none":
@@ -67,7 +67,7 @@ def bench_events(
     fn: Callable[[], object], warmup_ms: float = 25.0, rep_ms: float = 100.0, flush: str = "read"
 ) -> float:
     """Median milliseconds of ``fn`` between CUDA events, L2 flushed before each sample."""
-    flusher = _flusher(flush)
+    flusher = l2_flusher(flush)
     fn()
     torch.cuda.synchronize()
     # estimate the cost of one call (flush included) to size warm-up and repetitions

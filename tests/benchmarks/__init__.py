@@ -20,12 +20,12 @@ import pytest
 import torch
 
 from repro.provenance import device_slug, gpu_name, versions
+from repro.timing import l2_flusher
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 GPU_ROUNDS, GPU_WARMUP = 30, 5
-L2_FLUSH_BYTES = 256 * 2**20  # larger than any current GPU's L2
 
 
 def paper_params(cases: Iterable[tuple[str, Any, Any]]) -> list[Any]:
@@ -82,11 +82,6 @@ def check_same_gpu(current: dict, saved: dict, source: str = "") -> None:
         )
 
 
-def _flush_l2(buf: torch.Tensor | None) -> None:
-    if buf is not None:
-        buf.zero_()
-
-
 def run_benchmark(
     benchmark,
     fn: Callable[[], Any],
@@ -120,12 +115,12 @@ def run_benchmark(
         out = benchmark.pedantic(fn, setup=setup, rounds=3, warmup_rounds=1, iterations=1)
         ms = benchmark.stats.stats.median * 1e3
     else:
-        flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=DEVICE)
+        flush = l2_flusher("read")  # clean eviction, as the suites' timer (repro/timing.py says why)
         samples: list[float] = []
 
         def _setup() -> None:
             setup()
-            _flush_l2(flush)
+            flush()
             torch.cuda.synchronize()
 
         def _timed() -> Any:
@@ -142,7 +137,6 @@ def run_benchmark(
         info["timer"] = "host-sync+cuda-events"
         info["cuda_event_median_ms"] = ms
         info["host_median_ms"] = benchmark.stats.stats.median * 1e3
-        del flush
     info["median_ms"] = ms
     if nbytes is not None and ms > 0:
         gbps = nbytes / (ms * 1e-3) / 1e9
