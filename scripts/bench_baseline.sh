@@ -15,5 +15,7 @@ if [ "$slug" = cpu ]; then
     exit 1
 fi
 echo "saving a benchmark baseline for $slug in results/benchmarks/$slug"
+# the saved run is named after the commit measured (REPRO_GIT_COMMIT on a copy without .git)
+commit=$(python3 -c "from repro.provenance import git_commit; print(git_commit()[:12])")
 TRITON_INTERPRET=0 exec python3 -m pytest tests/benchmarks -p no:cacheprovider \
-    --benchmark-autosave --benchmark-storage="results/benchmarks/$slug" "$@"
+    --benchmark-save="${commit}_$(date -u +%Y%m%dT%H%M%SZ)" --benchmark-storage="results/benchmarks/$slug" "$@"

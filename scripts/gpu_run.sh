@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A GPU campaign in one call on a lent machine (device tool): install Snakemake from carried
-# wheels, run `snakemake TARGETS` (full profile), run the GPU-marked tests, and copy results,
-# figures and logs to $OUT.
-#   usage: REPRO_GIT_COMMIT=<sha> TARGETS="table2 table3" bash scripts/gpu_run.sh
+# wheels, run `snakemake TARGETS` (full profile), run the GPU-marked tests, optionally save a
+# benchmark baseline, and pack results, figures and logs into $OUT.
+#   usage: REPRO_GIT_COMMIT=<sha> TARGETS="table2 table3" [BENCH=1] bash scripts/gpu_run.sh
+# Everything produced comes back as $OUT/campaign.tar.gz (unpack it at the repo root).
 set -uo pipefail
 OUT=${OUT:-gpu_out}
 TARGETS=${TARGETS:-all}
@@ -19,10 +20,10 @@ python3 -m snakemake $TARGETS 2>&1 | tee "$OUT/snakemake.log"
 rc=$?
 TRITON_INTERPRET=0 python3 -m pytest -q -p no:cacheprovider tests/test_sparse_gemm.py tests/test_masked_decay.py \
     2>&1 | tail -5 | tee -a "$OUT/snakemake.log"
+if [ "${BENCH:-0}" = 1 ]; then  # also save a pytest-benchmark baseline of this GPU
+    bash scripts/bench_baseline.sh -q 2>&1 | tail -40 | tee "$OUT/bench.log"
+fi
+# one archive (the device tool returns at most 8 files, 2 folders deep): results, figures, logs
 slug=$(python3 -c "import torch; from repro.provenance import device_slug; print(device_slug(torch.device('cuda')))")
-names=$TARGETS
-[ "$TARGETS" = all ] && names="table2 table3"
-for t in $names; do
-    cp results/"$slug"/"$t".csv figures/"$slug"/"$t".png figures/"$slug"/"$t".svg "$OUT"/ 2>/dev/null
-done
+tar czf "$OUT/campaign.tar.gz" $(ls -d results/"$slug" results/benchmarks figures/"$slug" logs 2>/dev/null)
 exit $rc

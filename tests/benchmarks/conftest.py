@@ -44,6 +44,15 @@ def pytest_benchmark_update_machine_info(config, machine_info: dict) -> None:
     machine_info.update(bench_machine_info())
 
 
+def pytest_benchmark_update_commit_info(config, commit_info: dict) -> None:
+    """A copy of the tree without its own git history (a lent GPU box) names its commit through
+    ``REPRO_GIT_COMMIT``, as the suites' provenance does."""
+    if os.environ.get("REPRO_GIT_COMMIT"):
+        commit_info["id"] = os.environ["REPRO_GIT_COMMIT"]
+        commit_info["dirty"] = False
+        commit_info["source"] = "REPRO_GIT_COMMIT"
+
+
 def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark) -> None:
     check_same_gpu(machine_info, compared_benchmark.get("machine_info", {}), str(benchmarksession.storage))
 
