@@ -58,9 +58,7 @@ def bracket(configs: tuple[int, ...], n_real: torch.Tensor) -> tuple[torch.Tenso
     return lo.long(), hi.long(), p
 
 
-def tile_counts(
-    w: torch.Tensor, pattern: Pattern, pivot: float, tie: float = 1.0
-) -> tuple[torch.Tensor, torch.Tensor]:
+def tile_counts(w: torch.Tensor, pattern: Pattern, pivot: float, tie: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Tiles of |w| as float32 [T, th, tw] and each tile's wanted count [T] (float32):
     #(|w| > pivot) + tie * #(|w| == pivot), the expression the Triton kernels evaluate."""
     mags = pattern.tiles(w.abs().float())
