@@ -23,14 +23,28 @@ from kernels.patterns import NM, TBS, Pattern, Vegeta
 
 
 @triton.jit
+def _rank_lt(vals, j: tl.constexpr, K: tl.constexpr, n):
+    """Whether entry ``j`` of the K same-shaped tensors in ``vals`` is among the n largest
+    (ties to the lower index), computed elementwise: no cross-lane shuffles."""
+    r = tl.zeros_like(vals[j]).to(tl.int32)
+    for i in tl.static_range(K):
+        if i < j:
+            r += (vals[i] >= vals[j]).to(tl.int32)
+        elif i > j:
+            r += (vals[i] > vals[j]).to(tl.int32)
+    return r < n
+
+
+@triton.jit
 def _flex_tbs_circulant_kernel(
     w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, X: tl.constexpr, TC: tl.constexpr
 ):
+    # one tile row, TC tiles along it, each loaded in its natural layout [tile, i, j] (j contiguous)
     tr = tl.program_id(0)
     tc = tl.program_id(1) * TC + tl.arange(0, TC)
     i = tl.arange(0, X)
-    s = tl.arange(0, X)
-    col = X * tc[:, None, None] + (i[None, :, None] + s[None, None, :]) % X  # [tile, i, s]
+    j = tl.arange(0, X)
+    col = X * tc[:, None, None] + j[None, None, :]
     row = (X * tr + i).to(tl.int64)
     inb = (tc < n_tile_cols)[:, None, None]
     x = tl.abs(tl.load(w_ptr + row[None, :, None] * stride_w + col, mask=inb, other=0.0).to(tl.float32))
@@ -40,14 +54,16 @@ def _flex_tbs_circulant_kernel(
     lo = tl.floor(c / X)
     u = tl.rand(seed, tr * n_tile_cols + tc)
     n = (lo + ((u * X) < (c - X * lo)).to(tl.float32)).to(tl.int32)
-    score = tl.sum(x, axis=1)  # [tile, s]: weight of each wrapped diagonal
-    a = score[:, :, None]
-    b = score[:, None, :]
-    before = s[None, None, :] < s[None, :, None]
-    rank = tl.sum(((b > a) | ((b == a) & before)).to(tl.int32), axis=2)  # [tile, s]
-    keep = (rank < n[:, None]).to(tl.int8)
-    y = tl.broadcast_to(keep[:, None, :], (TC, X, X))
-    tl.store(m_ptr + row[None, :, None] * stride_m + col, y, mask=inb)
+    # wrapped diagonal s holds the entries with (j - i) mod X == s; score = its |w| sum
+    diag = (j[None, None, :] - i[None, :, None] + X) % X  # [1, i, j]
+    scores = []
+    for s in tl.static_range(X):
+        scores.append(tl.sum(tl.sum(tl.where(diag == s, x, 0.0), axis=2), axis=1))  # [tile]
+    keep = tl.zeros([TC, X, X], dtype=tl.int8)
+    for s in tl.static_range(X):
+        ks = _rank_lt(scores, s, X, n)
+        keep = tl.where(diag == s, ks[:, None, None].to(tl.int8), keep)
+    tl.store(m_ptr + row[None, :, None] * stride_m + col, keep, mask=inb)
 
 
 @triton.jit
@@ -66,35 +82,54 @@ def _flex_groups_kernel(
     C1: tl.constexpr,
     C2: tl.constexpr,
     FIXED_N: tl.constexpr,
+    VEC: tl.constexpr,
 ):
-    # one row, TT tiles of G groups of M entries; configurations {0, C1, C2, M} or FIXED_N
+    # one row, TT tiles of G groups of M entries; configurations {0, C1, C2, M} or FIXED_N.
+    # Ranking inside a group works on M separate [TT, G] tensors (entry e of every group), so it is
+    # elementwise arithmetic. VEC: one contiguous [TT, G, M] load and store, entries split out and
+    # put back in registers; else M strided loads and stores (a tuning alternative).
     r = tl.program_id(0).to(tl.int64)
     t = tl.program_id(1) * TT + tl.arange(0, TT)
     g = tl.arange(0, G)
-    e = tl.arange(0, M)
-    col = (G * M) * t[:, None, None] + M * g[None, :, None] + e[None, None, :]
-    inb = (t < n_tile_cols)[:, None, None]
-    x = tl.abs(tl.load(w_ptr + r * stride_w + col, mask=inb, other=0.0).to(tl.float32))
-    if FIXED_N >= 0:
-        n = tl.full((TT,), FIXED_N, tl.int32)
+    ev = tl.arange(0, M)
+    base = (G * M) * t[:, None] + M * g[None, :]  # [TT, G]: first column of each group
+    inb = (t < n_tile_cols)[:, None]
+    xs = []
+    if VEC:
+        x3 = tl.load(w_ptr + r * stride_w + base[:, :, None] + ev[None, None, :], mask=inb[:, :, None], other=0.0)
+        x3 = tl.abs(x3.to(tl.float32))
+        for e in tl.static_range(M):
+            xs.append(tl.sum(tl.where(ev[None, None, :] == e, x3, 0.0), axis=2))
     else:
-        gt = tl.sum(tl.sum((x > pivot).to(tl.int32), axis=2), axis=1)  # [tile]
-        eq = tl.sum(tl.sum((x == pivot).to(tl.int32), axis=2), axis=1)
+        for e in tl.static_range(M):
+            xs.append(tl.abs(tl.load(w_ptr + r * stride_w + base + e, mask=inb, other=0.0).to(tl.float32)))
+    if FIXED_N >= 0:
+        n = tl.full((TT, G), FIXED_N, tl.int32)
+    else:
+        gtg = tl.zeros([TT, G], dtype=tl.int32)
+        eqg = tl.zeros([TT, G], dtype=tl.int32)
+        for e in tl.static_range(M):
+            gtg += (xs[e] > pivot).to(tl.int32)
+            eqg += (xs[e] == pivot).to(tl.int32)
+        gt = tl.sum(gtg, axis=1)  # [tile]
+        eq = tl.sum(eqg, axis=1)
         c = gt.to(tl.float32) + eq.to(tl.float32) * tie  # wanted entries, ties shared
         # bracket c / G (the tile's wanted n) between configurations 0 < C1 < C2 < M; G = unit
         lo = tl.where(c >= M * G, M, tl.where(c >= C2 * G, C2, tl.where(c >= C1 * G, C1, 0)))
         hi = tl.where(c <= 0, 0, tl.where(c <= C1 * G, C1, tl.where(c <= C2 * G, C2, M)))
         u = tl.rand(seed, r.to(tl.int32) * n_tile_cols + t)
         take = (u * ((hi - lo) * G).to(tl.float32)) < (c - (lo * G).to(tl.float32))
-        n = tl.where(take, hi, lo)
-    xg = tl.reshape(x, (TT * G, M))
-    a = xg[:, :, None]
-    b = xg[:, None, :]
-    before = e[None, None, :] < e[None, :, None]
-    rank = tl.sum(((b > a) | ((b == a) & before)).to(tl.int32), axis=2)  # [tile*group, e]
-    ng = tl.reshape(tl.broadcast_to(n[:, None], (TT, G)), (TT * G,))
-    keep = tl.reshape((rank < ng[:, None]).to(tl.int8), (TT, G, M))
-    tl.store(m_ptr + r * stride_m + col, keep, mask=inb)
+        n = tl.broadcast_to(tl.where(take, hi, lo)[:, None], (TT, G))
+    if VEC:
+        keep3 = tl.zeros([TT, G, M], dtype=tl.int8)
+        for e in tl.static_range(M):
+            ke = _rank_lt(xs, e, M, n).to(tl.int8)
+            keep3 = tl.where(ev[None, None, :] == e, ke[:, :, None], keep3)
+        tl.store(m_ptr + r * stride_m + base[:, :, None] + ev[None, None, :], keep3, mask=inb[:, :, None])
+    else:
+        for e in tl.static_range(M):
+            keep = _rank_lt(xs, e, M, n).to(tl.int8)
+            tl.store(m_ptr + r * stride_m + base + e, keep, mask=inb)
 
 
 def _pow2(v: int) -> bool:
@@ -113,6 +148,11 @@ def has_fast_kernel(pattern: Pattern) -> bool:
     if isinstance(pattern, NM):
         return _pow2(pattern.m)
     return False
+
+
+# launch tunables (elements per program, warps, vectorised group access); scripts/gpu_sweep_flex.py
+GROUPS_ELEMS, GROUPS_WARPS, GROUPS_VEC = 2048, 4, True
+CIRCULANT_ELEMS, CIRCULANT_WARPS = 4096, 4
 
 
 def fast_mask_triton(w: torch.Tensor, pattern: Pattern, pivot: float, seed: int, tie: float = 1.0) -> torch.Tensor:
@@ -134,9 +174,9 @@ def fast_mask_triton(w: torch.Tensor, pattern: Pattern, pivot: float, seed: int,
     elif isinstance(pattern, TBS):
         x = pattern.x
         tcols = c // x
-        tc = max(1, min(triton.next_power_of_2(tcols), 4096 // (x * x)))
+        tc = max(1, min(triton.next_power_of_2(tcols), CIRCULANT_ELEMS // (x * x)))
         _flex_tbs_circulant_kernel[(r // x, triton.cdiv(tcols, tc))](
-            w, m8, pivot, tie, seed, tcols, w.stride(0), out.stride(0), X=x, TC=tc, num_warps=4
+            w, m8, pivot, tie, seed, tcols, w.stride(0), out.stride(0), X=x, TC=tc, num_warps=CIRCULANT_WARPS
         )
     else:
         if isinstance(pattern, Vegeta):
@@ -145,7 +185,7 @@ def fast_mask_triton(w: torch.Tensor, pattern: Pattern, pivot: float, seed: int,
         else:  # NM
             m, g, fixed, c1, c2 = pattern.m, 1, pattern.n, 1, 1
         tcols = c // (g * m)
-        tt = max(1, min(triton.next_power_of_2(tcols), 2048 // (g * m)))
+        tt = max(1, min(triton.next_power_of_2(tcols), GROUPS_ELEMS // (g * m)))
         _flex_groups_kernel[(r, triton.cdiv(tcols, tt))](
             w,
             m8,
@@ -161,6 +201,7 @@ def fast_mask_triton(w: torch.Tensor, pattern: Pattern, pivot: float, seed: int,
             C1=c1,
             C2=c2,
             FIXED_N=fixed,
-            num_warps=4,
+            VEC=GROUPS_VEC,
+            num_warps=GROUPS_WARPS,
         )
     return out

@@ -44,7 +44,7 @@ from statistics import NormalDist
 import torch
 import torch.distributed as dist
 
-from kernels._common import FLOAT_DTYPES, check_same_device, check_tensor
+from kernels._common import FLOAT_DTYPES, check_same_device, check_tensor, use_triton
 
 __all__ = ["METHODS", "PivotResult", "find_pivot", "find_pivot_stats"]
 
@@ -480,47 +480,86 @@ def find_pivot(
     return find_pivot_stats(tensors, density, method, group, **opts).pivot
 
 
-def pivot_and_tie_16bit(tensors: torch.Tensor | Sequence[torch.Tensor], density: float) -> tuple[float, float]:
-    """Exact pivot and tie share of 16-bit weights (bf16 or fp16) in one process, in two passes.
-
-    A non-negative 16-bit float orders like its 15 low bits, so the k-th largest |w| is found by
-    a 256-bin histogram of the high 8 bits, then a 128-bin histogram of the low 7 bits inside the
-    bucket that holds rank k (``torch.bincount``: no sort, two reads of the weights). The final
-    bin also gives #(|w| > pivot) and #(|w| == pivot), hence the tie share that makes a budget
-    exact (``kernels.flex.tie_share``) without another pass. Returns (pivot, tie share)."""
+def _check_16bit(tensors: torch.Tensor | Sequence[torch.Tensor], density: float) -> tuple[list[torch.Tensor], int]:
     ts = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
-    if not ts or any(t.dtype not in (torch.bfloat16, torch.float16) for t in ts):
+    if not ts or any(not isinstance(t, torch.Tensor) or t.dtype not in (torch.bfloat16, torch.float16) for t in ts):
         raise TypeError("pivot_and_tie_16bit needs bf16 or fp16 tensors")
     if len({t.dtype for t in ts}) != 1:
         raise TypeError("all tensors must share one dtype")
+    if len({t.device for t in ts}) != 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted({str(t.device) for t in ts})}")
     d = float(density)
-    if not 0.0 <= d <= 1.0:
+    if not 0.0 <= d <= 1.0 or d != d:
         raise ValueError(f"density must lie in [0, 1], got {density!r}")
     n = sum(t.numel() for t in ts)
-    k = round(d * n)
+    return ts, round(d * n)
+
+
+def _nonfinite_from_high(hi: list[int], dtype: torch.dtype) -> int:
+    """Values whose magnitude bits are Inf or NaN, from the 256 high-byte counts."""
+    first = 0x7F80 >> 7 if dtype == torch.bfloat16 else 0x7C00 >> 7
+    return sum(hi[first:])
+
+
+def _select_from_counts(hi: list[int], lo: list[int], k: int, dtype: torch.dtype) -> tuple[float, float]:
+    if _nonfinite_from_high(hi, dtype):
+        raise ValueError("weights contain NaN or Inf; refusing to compute a pivot on non-finite values")
+    above = 0
+    for bucket in range(255, -1, -1):
+        if above + hi[bucket] >= k:
+            break
+        above += hi[bucket]
+    for low in range(127, -1, -1):
+        if above + lo[low] >= k:
+            break
+        above += lo[low]
+    eq, gt = lo[low], above
+    bits = torch.tensor([(bucket << 7) | low], dtype=torch.int16)
+    pivot = float(bits.view(dtype).float().item())
+    return pivot, min(1.0, max(0.0, (k - gt) / eq))
+
+
+def pivot_and_tie_16bit(tensors: torch.Tensor | Sequence[torch.Tensor], density: float) -> tuple[float, float]:
+    """Exact pivot and tie share of 16-bit weights (bf16 or fp16) in one process, in two passes.
+
+    A non-negative 16-bit float orders like its 15 magnitude bits, so the k-th largest |w| is found
+    by a 256-bin histogram of the high 8 bits, then a 128-bin histogram of the low 7 bits inside the
+    bucket that holds rank k: no sort, two reads of the weights, one host sync (the 384 counts). The
+    final bin also gives #(|w| > pivot) and #(|w| == pivot), hence the tie share that makes a budget
+    exact (``kernels.flex.tie_share``) without another pass. Non-finite weights are counted for free
+    by the first pass and raise. Triton kernels (``kernels._pivot_triton``) on CUDA and under the
+    interpreter; ``pivot_and_tie_16bit_reference`` (``torch.bincount``) elsewhere.
+    Returns (pivot, tie share)."""
+    ts, k = _check_16bit(tensors, density)
     if k == 0:
         return math.inf, 1.0
-    dev = ts[0].device
+    if not use_triton(ts[0]):
+        return pivot_and_tie_16bit_reference(ts, density)
+    from kernels._pivot_triton import hist16_counts
+
+    counts = hist16_counts(ts, k).tolist()
+    return _select_from_counts(counts[:256], counts[256:384], k, ts[0].dtype)
+
+
+def pivot_and_tie_16bit_reference(
+    tensors: torch.Tensor | Sequence[torch.Tensor], density: float
+) -> tuple[float, float]:
+    """``pivot_and_tie_16bit`` in plain PyTorch (``torch.bincount``): the reference of the kernel."""
+    ts, k = _check_16bit(tensors, density)
+    if k == 0:
+        return math.inf, 1.0
 
     def mags(t: torch.Tensor) -> torch.Tensor:
         return t.reshape(-1).view(torch.int16).to(torch.int32) & 0x7FFF
 
-    hi = torch.zeros(256, dtype=torch.int64, device=dev)
-    for t in ts:
-        hi += torch.bincount(mags(t) >> 7, minlength=256)
-    cum = hi.flip(0).cumsum(0)
-    i = int(torch.searchsorted(cum, torch.tensor([k], device=dev)).item())
-    bucket = 255 - i
-    above = int(cum[i]) - int(hi[bucket])
-    lo = torch.zeros(128, dtype=torch.int64, device=dev)
+    hi = sum(torch.bincount(mags(t) >> 7, minlength=256).cpu() for t in ts)
+    above = 0
+    for bucket in range(255, -1, -1):
+        if above + int(hi[bucket]) >= k:
+            break
+        above += int(hi[bucket])
+    lo = torch.zeros(128, dtype=torch.int64)
     for t in ts:
         m = mags(t)
-        lo += torch.bincount(m[(m >> 7) == bucket] & 0x7F, minlength=128)
-    cum2 = lo.flip(0).cumsum(0)
-    j = int(torch.searchsorted(cum2, torch.tensor([k - above], device=dev)).item())
-    low = 127 - j
-    eq = int(lo[low])
-    gt = above + int(cum2[j]) - eq
-    bits = torch.tensor([(bucket << 7) | low], dtype=torch.int16)
-    pivot = float(bits.view(ts[0].dtype).float().item())
-    return pivot, min(1.0, max(0.0, (k - gt) / eq))
+        lo += torch.bincount(m[(m >> 7) == bucket] & 0x7F, minlength=128).cpu()
+    return _select_from_counts(hi.tolist(), lo.tolist(), k, ts[0].dtype)

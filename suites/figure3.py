@@ -41,13 +41,11 @@ DENSITY = 0.5
 PATTERNS = ("TBS(4)", "TBS(8)", "Vegeta(4)", "Vegeta(8)", "2:4")
 # The pivot (and the tie share that makes budgets exact) is part of mask generation. The PyTorch
 # and Vegeta-based methods take it the way a PyTorch user would: top-k, then a count of the ties.
-# FAST on one GPU: an exact two-pass histogram select on the 16-bit patterns (no sort; the last bin
-# gives the ties). Its distribution-aware search pays off when weights are sharded (pivot_comm);
-# on one GPU its rounds sync with the host (H100, 460M block: top-k 0.8 ms, gaussian 7.1 ms).
+# FAST on one GPU: an exact two-pass histogram select on the 16-bit patterns (Triton, no sort, one
+# host sync; the last bin gives the ties). Its distribution-aware search pays off when weights are
+# sharded (pivot_comm); on one GPU its rounds sync with the host (H100, 460M block: top-k 0.8 ms,
+# gaussian 7.1 ms).
 PIVOT_METHOD = {"torch": "topk", "vegeta": "topk", "fast": "histogram"}
-# below this many values the histogram's fixed cost (two bincounts and syncs per tensor) loses to
-# top-k (H100: 460M block of 13.6M values, 4 ms vs 2 ms; 7B block of 264M, 4x faster than top-k)
-HISTOGRAM_MIN_VALUES = 1 << 25
 FULL_MODELS = ("map-neo-460m", "map-neo-7b", "llama2-13b")
 SMOKE = LlamaConfig(hidden=128, ffn=256, layers=2, heads=4, vocab=256, seq_len=32)
 SEED = 1234
@@ -68,8 +66,7 @@ def _pivot(weights: list[torch.Tensor], method: str) -> tuple[float, float]:
     """(pivot, tie share) of the block, the way ``method`` computes it."""
     from kernels.pivot import find_pivot, pivot_and_tie_16bit
 
-    big = sum(w.numel() for w in weights) >= HISTOGRAM_MIN_VALUES
-    if PIVOT_METHOD[method] == "histogram" and big and weights[0].dtype in (torch.bfloat16, torch.float16):
+    if PIVOT_METHOD[method] == "histogram" and weights[0].dtype in (torch.bfloat16, torch.float16):
         return pivot_and_tie_16bit(weights, DENSITY)
     pivot = find_pivot(weights, DENSITY, method="exact")
     return pivot, tie_share(weights, pivot, DENSITY)
