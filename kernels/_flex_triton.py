@@ -23,19 +23,6 @@ from kernels.patterns import NM, TBS, Pattern, Vegeta
 
 
 @triton.jit
-def _rank_lt(vals, j: tl.constexpr, K: tl.constexpr, n):
-    """Whether entry ``j`` of the K same-shaped tensors in ``vals`` is among the n largest
-    (ties to the lower index), computed elementwise: no cross-lane shuffles."""
-    r = tl.zeros_like(vals[j]).to(tl.int32)
-    for i in tl.static_range(K):
-        if i < j:
-            r += (vals[i] >= vals[j]).to(tl.int32)
-        elif i > j:
-            r += (vals[i] > vals[j]).to(tl.int32)
-    return r < n
-
-
-@triton.jit
 def _flex_tbs_circulant_kernel(
     w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, X: tl.constexpr, TC: tl.constexpr
 ):
@@ -56,14 +43,21 @@ def _flex_tbs_circulant_kernel(
     n = (lo + ((u * X) < (c - X * lo)).to(tl.float32)).to(tl.int32)
     # wrapped diagonal s holds the entries with (j - i) mod X == s; score = its |w| sum
     diag = (j[None, None, :] - i[None, :, None] + X) % X  # [1, i, j]
-    scores = []
+    s_idx = tl.arange(0, X)
+    score = tl.zeros([TC, X], dtype=tl.float32)
     for s in tl.static_range(X):
-        scores.append(tl.sum(tl.sum(tl.where(diag == s, x, 0.0), axis=2), axis=1))  # [tile]
-    keep = tl.zeros([TC, X, X], dtype=tl.int8)
+        ds = tl.sum(tl.sum(tl.where(diag == s, x, 0.0), axis=2), axis=1)  # [tile]
+        score = tl.where(s_idx[None, :] == s, ds[:, None], score)
+    a = score[:, :, None]
+    b = score[:, None, :]
+    before = s_idx[None, None, :] < s_idx[None, :, None]
+    rank = tl.sum(((b > a) | ((b == a) & before)).to(tl.int32), axis=2)  # [tile, s]: per tile, cheap
+    keep_s = (rank < n[:, None]).to(tl.int32)
+    keep = tl.zeros([TC, X, X], dtype=tl.int32)
     for s in tl.static_range(X):
-        ks = _rank_lt(scores, s, X, n)
-        keep = tl.where(diag == s, ks[:, None, None].to(tl.int8), keep)
-    tl.store(m_ptr + row[None, :, None] * stride_m + col, keep, mask=inb)
+        ks = tl.sum(tl.where(s_idx[None, :] == s, keep_s, 0), axis=1)  # [tile]
+        keep = tl.where(diag == s, ks[:, None, None], keep)
+    tl.store(m_ptr + row[None, :, None] * stride_m + col, keep.to(tl.int8), mask=inb)
 
 
 @triton.jit
@@ -82,37 +76,22 @@ def _flex_groups_kernel(
     C1: tl.constexpr,
     C2: tl.constexpr,
     FIXED_N: tl.constexpr,
-    VEC: tl.constexpr,
 ):
     # one row, TT tiles of G groups of M entries; configurations {0, C1, C2, M} or FIXED_N.
-    # Ranking inside a group works on M separate [TT, G] tensors (entry e of every group), so it is
-    # elementwise arithmetic. VEC: one contiguous [TT, G, M] load and store, entries split out and
-    # put back in registers; else M strided loads and stores (a tuning alternative).
+    # One contiguous [TT, G, M] load and store; the rank of entry e inside its group is counted
+    # against the group's M entries along the last axis (held by one thread: no layout shuffles).
     r = tl.program_id(0).to(tl.int64)
     t = tl.program_id(1) * TT + tl.arange(0, TT)
     g = tl.arange(0, G)
     ev = tl.arange(0, M)
-    base = (G * M) * t[:, None] + M * g[None, :]  # [TT, G]: first column of each group
-    inb = (t < n_tile_cols)[:, None]
-    xs = []
-    if VEC:
-        x3 = tl.load(w_ptr + r * stride_w + base[:, :, None] + ev[None, None, :], mask=inb[:, :, None], other=0.0)
-        x3 = tl.abs(x3.to(tl.float32))
-        for e in tl.static_range(M):
-            xs.append(tl.sum(tl.where(ev[None, None, :] == e, x3, 0.0), axis=2))
-    else:
-        for e in tl.static_range(M):
-            xs.append(tl.abs(tl.load(w_ptr + r * stride_w + base + e, mask=inb, other=0.0).to(tl.float32)))
+    col = (G * M) * t[:, None, None] + M * g[None, :, None] + ev[None, None, :]
+    inb = (t < n_tile_cols)[:, None, None]
+    x = tl.abs(tl.load(w_ptr + r * stride_w + col, mask=inb, other=0.0).to(tl.float32))
     if FIXED_N >= 0:
         n = tl.full((TT, G), FIXED_N, tl.int32)
     else:
-        gtg = tl.zeros([TT, G], dtype=tl.int32)
-        eqg = tl.zeros([TT, G], dtype=tl.int32)
-        for e in tl.static_range(M):
-            gtg += (xs[e] > pivot).to(tl.int32)
-            eqg += (xs[e] == pivot).to(tl.int32)
-        gt = tl.sum(gtg, axis=1)  # [tile]
-        eq = tl.sum(eqg, axis=1)
+        gt = tl.sum(tl.sum((x > pivot).to(tl.int32), axis=2), axis=1)  # [tile]
+        eq = tl.sum(tl.sum((x == pivot).to(tl.int32), axis=2), axis=1)
         c = gt.to(tl.float32) + eq.to(tl.float32) * tie  # wanted entries, ties shared
         # bracket c / G (the tile's wanted n) between configurations 0 < C1 < C2 < M; G = unit
         lo = tl.where(c >= M * G, M, tl.where(c >= C2 * G, C2, tl.where(c >= C1 * G, C1, 0)))
@@ -120,16 +99,13 @@ def _flex_groups_kernel(
         u = tl.rand(seed, r.to(tl.int32) * n_tile_cols + t)
         take = (u * ((hi - lo) * G).to(tl.float32)) < (c - (lo * G).to(tl.float32))
         n = tl.broadcast_to(tl.where(take, hi, lo)[:, None], (TT, G))
-    if VEC:
-        keep3 = tl.zeros([TT, G, M], dtype=tl.int8)
-        for e in tl.static_range(M):
-            ke = _rank_lt(xs, e, M, n).to(tl.int8)
-            keep3 = tl.where(ev[None, None, :] == e, ke[:, :, None], keep3)
-        tl.store(m_ptr + r * stride_m + base[:, :, None] + ev[None, None, :], keep3, mask=inb[:, :, None])
-    else:
-        for e in tl.static_range(M):
-            keep = _rank_lt(xs, e, M, n).to(tl.int8)
-            tl.store(m_ptr + r * stride_m + base + e, keep, mask=inb)
+    keep = tl.zeros([TT, G, M], dtype=tl.int32)
+    for e in tl.static_range(M):
+        xe = tl.sum(tl.where(ev[None, None, :] == e, x, 0.0), axis=2)[:, :, None]  # entry e of each group
+        beats = (x > xe) | ((x == xe) & (ev[None, None, :] < e))
+        rank = tl.sum(beats.to(tl.int32), axis=2)  # [TT, G]
+        keep = tl.where(ev[None, None, :] == e, (rank < n).to(tl.int32)[:, :, None], keep)
+    tl.store(m_ptr + r * stride_m + col, keep.to(tl.int8), mask=inb)
 
 
 def _pow2(v: int) -> bool:
@@ -150,8 +126,8 @@ def has_fast_kernel(pattern: Pattern) -> bool:
     return False
 
 
-# launch tunables (elements per program, warps, vectorised group access); scripts/gpu_sweep_flex.py
-GROUPS_ELEMS, GROUPS_WARPS, GROUPS_VEC = 2048, 4, True
+# launch tunables (elements per program, warps); scripts/gpu_sweep_flex.py
+GROUPS_ELEMS, GROUPS_WARPS = 2048, 4
 CIRCULANT_ELEMS, CIRCULANT_WARPS = 4096, 4
 
 
@@ -201,7 +177,6 @@ def fast_mask_triton(w: torch.Tensor, pattern: Pattern, pivot: float, seed: int,
             C1=c1,
             C2=c2,
             FIXED_N=fixed,
-            VEC=GROUPS_VEC,
             num_warps=GROUPS_WARPS,
         )
     return out

@@ -39,12 +39,7 @@ for spec in ("2:4", "Vegeta(4)", "Vegeta(8)", "TBS(8)", "TBS(4)"):
     elif spec.startswith("TBS"):
         grid = [(None, None, None, 0, 0, None)]
     else:
-        grid = [
-            ("GROUPS_ELEMS", "GROUPS_WARPS", "GROUPS_VEC", e, nw, v)
-            for e in (1024, 2048, 4096, 8192)
-            for nw in (4, 8)
-            for v in (True, False)
-        ]
+        grid = [("GROUPS_ELEMS", "GROUPS_WARPS", None, e, nw, None) for e in (1024, 2048, 4096, 8192) for nw in (4, 8)]
     for ke, kw, kv, e, nw, v in grid:
         old = {k: getattr(ft, k) for k in (ke, kw, kv) if k}
         if ke:
