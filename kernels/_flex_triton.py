@@ -3,10 +3,14 @@
 One pass over the weight per pattern family: load a block of tiles, count |w| > pivot and
 |w| == pivot per tile (ties weighted by the tie share), draw u = Philox(seed, tile)
 (``tl.rand``), choose the configuration by the same float32 expression as the reference
-(``kernels.flex.choose_configs``), select within the tile, write the byte mask. Tiles map to
-program lanes: a program takes one tile row and a block of tiles along
-it, sized so that every program moves a few KB (the "tiles to threads or blocks" heuristic:
-large tiles are spread over many lanes, small tiles get one lane each).
+(``kernels.flex.choose_configs``), select within the tile, write the byte mask.
+
+Tiles to threads or blocks, by size: a program (thread block) takes one tile row and as many
+tiles along it as fill a fixed element budget (``GROUPS_ELEMS`` / ``CIRCULANT_ELEMS``, tuned per
+family). Inside it, a group of m <= 8 entries sits in one thread's registers (the last, contiguous
+axis), so ranking within a group never leaves the thread; a tile larger than a group (a Vegeta
+tile of 16 groups, a TBS tile of x*x) is spread over the threads of the block and reduced across
+them; a block holds many small tiles or a few large ones, never a fraction of one.
 
 - TBS(4,4): ``_flex_tbs4_triton.py`` (generated; exact selection for every n).
 - TBS(x>=8): wrapped-diagonal heuristic (the n best of the x diagonals {(i, (i+s) mod x)}).
@@ -126,9 +130,11 @@ def has_fast_kernel(pattern: Pattern) -> bool:
     return False
 
 
-# launch tunables (elements per program, warps); scripts/gpu_sweep_flex.py
-GROUPS_ELEMS, GROUPS_WARPS = 2048, 4
-CIRCULANT_ELEMS, CIRCULANT_WARPS = 4096, 4
+# launch tunables (elements per program, warps), from scripts/gpu_sweep_flex.py on an H100 at a
+# 13824x5120 bf16 weight (results/tuning/h100_sweep_flex.txt): 2:4 98%, Vegeta(4) 53%, Vegeta(8)
+# 57%, TBS(8) 98% of the copy bandwidth. Group size m <= 4 wants small programs, m = 8 twice that.
+GROUPS_ELEMS, GROUPS_WARPS = 1024, 4
+CIRCULANT_ELEMS, CIRCULANT_WARPS = 8192, 4
 
 
 def fast_mask_triton(w: torch.Tensor, pattern: Pattern, pivot: float, seed: int, tie: float = 1.0) -> torch.Tensor:
@@ -161,7 +167,8 @@ def fast_mask_triton(w: torch.Tensor, pattern: Pattern, pivot: float, seed: int,
         else:  # NM
             m, g, fixed, c1, c2 = pattern.m, 1, pattern.n, 1, 1
         tcols = c // (g * m)
-        tt = max(1, min(triton.next_power_of_2(tcols), GROUPS_ELEMS // (g * m)))
+        elems = GROUPS_ELEMS if m <= 4 else 2 * GROUPS_ELEMS
+        tt = max(1, min(triton.next_power_of_2(tcols), elems // (g * m)))
         _flex_groups_kernel[(r, triton.cdiv(tcols, tt))](
             w,
             m8,
