@@ -37,6 +37,16 @@ rule pivot_comm:
         STAMPS / "pivot_comm.done",
 
 
+rule figure6:
+    input:
+        STAMPS / "figure6.done",
+
+
+rule table8:
+    input:
+        STAMPS / "table8.done",
+
+
 rule run_suite:
     input:
         code=suite_code,

@@ -14,6 +14,7 @@ from kernels.nm_mask import nm_mask
 from kernels.patterns import NM, TBS, Pattern, Unstructured, Vegeta, parse_pattern
 from kernels.pivot import PivotResult, find_pivot, find_pivot_stats
 from kernels.sparse_gemm import Sparse24Weight, cusparselt_available
+from kernels.sparse_linear import SparseLinear
 from kernels.transposable import (
     TRANSPOSABLE_24_PATTERNS,
     transposable_mask,
@@ -36,6 +37,7 @@ __all__ = [
     "parse_pattern",
     "TRANSPOSABLE_24_PATTERNS",
     "Sparse24Weight",
+    "SparseLinear",
     "cusparselt_available",
     "geglu",
     "geglu_intuitive",

@@ -111,6 +111,36 @@ def masked_decay_(grad: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, 
     return grad
 
 
+def masked_decay_nocheck_(grad: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, alpha: float) -> torch.Tensor:
+    """:func:`masked_decay_` without the value scans (no host sync), for CUDA-graph capture.
+
+    Same result bit for bit. Metadata (types, shapes, dtypes, devices, contiguity of grad) is
+    still checked; finiteness and the overflow bound are the caller's duty.
+    """
+    if isinstance(grad, torch.Tensor) and grad.requires_grad:
+        raise ValueError("grad requires grad; masked_decay_ is an in-place, non-differentiable update")
+    grad = check_tensor("grad", grad, dtypes=FLOAT_DTYPES, finite=False)
+    weight = check_tensor("weight", weight, dtypes=FLOAT_DTYPES, finite=False)
+    mask = check_tensor("mask", mask, dtypes=(torch.bool,), finite=False)
+    if weight.dtype != grad.dtype:
+        raise TypeError(f"weight has dtype {weight.dtype} but grad has {grad.dtype}; they must match")
+    check_same_shape(grad=grad, weight=weight, mask=mask)
+    check_same_device(grad=grad, weight=weight, mask=mask)
+    a = _check_alpha(alpha)
+    if not grad.is_contiguous():
+        raise ValueError(f"grad must be contiguous for the in-place update (strides {grad.stride()})")
+    n = grad.numel()
+    if n == 0 or a == 0.0:
+        return grad
+    if not use_triton(grad):
+        g = grad.to(torch.float32)
+        grad.copy_(torch.where(mask, g, g + a * weight.to(torch.float32)).to(grad.dtype))
+        return grad
+    _masked_decay_kernel[(cdiv(n, _BLOCK),)](grad, weight.contiguous(), mask.contiguous(), a, n, BLOCK=_BLOCK)
+    torch.autograd.graph.increment_version(grad)
+    return grad
+
+
 def masked_decay_reference(grad: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, alpha: float) -> torch.Tensor:
     """New tensor ``grad + alpha * weight * (~mask)`` (fp32 math, rounded once to grad's dtype)."""
     a = _validate(grad, weight, mask, alpha)
@@ -127,4 +157,4 @@ def masked_decay_bytes(grad: torch.Tensor, weight: torch.Tensor | None = None, m
     return n * (2 * grad.element_size() + wsize + msize)
 
 
-__all__ = ["masked_decay_", "masked_decay_bytes", "masked_decay_reference"]
+__all__ = ["masked_decay_", "masked_decay_bytes", "masked_decay_nocheck_", "masked_decay_reference"]

@@ -118,8 +118,23 @@ def _mvue_group(x0, x1, x2, x3, u):
 
 
 @triton.jit
-def _mvue24_rows_kernel(x_ptr, out_ptr, mask_ptr, seed, n_groups, WRITE_MASK: tl.constexpr, BLOCK_G: tl.constexpr):
-    """Groups are 4 contiguous elements (dim is the innermost one): coalesced [BLOCK_G, 4] tiles."""
+def _mvue24_rows_kernel(
+    x_ptr,
+    out_ptr,
+    mask_ptr,
+    seed,
+    n_groups,
+    WRITE_MASK: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    seed_ptr=None,
+    SEED_FROM_PTR: tl.constexpr = False,
+):
+    """Groups are 4 contiguous elements (dim is the innermost one): coalesced [BLOCK_G, 4] tiles.
+
+    ``SEED_FROM_PTR``: the seed is the int64 at ``seed_ptr`` (read on the device, so a CUDA graph
+    that captured the launch draws with whatever seed the tensor holds at replay)."""
+    if SEED_FROM_PTR:
+        seed = tl.load(seed_ptr)
     pid = tl.program_id(0).to(tl.int64)
     g = pid * BLOCK_G + tl.arange(0, BLOCK_G)
     gmask = g < n_groups
@@ -150,11 +165,16 @@ def _mvue24_strided_kernel(
     n_iblocks,
     WRITE_MASK: tl.constexpr,
     BLOCK_I: tl.constexpr,
+    seed_ptr=None,
+    SEED_FROM_PTR: tl.constexpr = False,
 ):
     """x viewed as (outer, 4 * n_groups_dim, inner) with inner > 1: the four elements of a group
     are ``inner`` apart; a program handles one (outer, group) row and BLOCK_I inner positions,
     so each of the four loads is coalesced. The uniform index is that of the group in
-    ``x.movedim(dim, -1)``: ``(o * inner + i) * n_groups_dim + g``."""
+    ``x.movedim(dim, -1)``: ``(o * inner + i) * n_groups_dim + g``. ``SEED_FROM_PTR``: as in
+    the rows kernel."""
+    if SEED_FROM_PTR:
+        seed = tl.load(seed_ptr)
     pid = tl.program_id(0).to(tl.int64)
     row = pid // n_iblocks  # o * n_groups_dim + g
     ib = pid % n_iblocks
@@ -265,10 +285,18 @@ def mvue24_uniforms(seed: int, n_groups: int, device: torch.device | str) -> tor
     return u
 
 
-def _mvue24_into(x: torch.Tensor, out: torch.Tensor, mask_out: torch.Tensor | None, seed: int, dim: int = -1) -> None:
+def _mvue24_into(
+    x: torch.Tensor,
+    out: torch.Tensor,
+    mask_out: torch.Tensor | None,
+    seed: int,
+    dim: int = -1,
+    seed_tensor: torch.Tensor | None = None,
+) -> None:
     """Launch the MVUE kernel: x, out (same shape and dtype) and mask_out (bool, same shape, or
     None) contiguous on one device; every element of out (and mask_out) is written. No value
-    checks here: the public entry point validates."""
+    checks here: the public entry point validates. With ``seed_tensor`` (int64, one element, on
+    x's device) the kernel reads the seed from it and ``seed`` is ignored."""
     d = dim % x.dim()
     assert x.is_contiguous() and out.is_contiguous() and out.shape == x.shape and out.dtype == x.dtype
     if mask_out is not None:
@@ -279,16 +307,20 @@ def _mvue24_into(x: torch.Tensor, out: torch.Tensor, mask_out: torch.Tensor | No
     n_groups_dim = length // GROUP
     write_mask = mask_out is not None
     mptr = mask_out if write_mask else out
+    # seed from a device tensor: the launch carries the tensor, not a host value (graph-safe)
+    seed_kw = {} if seed_tensor is None else {"seed_ptr": seed_tensor, "SEED_FROM_PTR": True}
+    if seed_tensor is not None:
+        seed = 0
     if inner == 1:
         n_groups = outer * n_groups_dim
         grid = (cdiv(n_groups, _BLOCK_G),)
-        _mvue24_rows_kernel[grid](x, out, mptr, seed, n_groups, WRITE_MASK=write_mask, BLOCK_G=_BLOCK_G)
+        _mvue24_rows_kernel[grid](x, out, mptr, seed, n_groups, WRITE_MASK=write_mask, BLOCK_G=_BLOCK_G, **seed_kw)
     else:
         block_i = max(16, min(_BLOCK_I_MAX, triton.next_power_of_2(inner)))
         n_iblocks = cdiv(inner, block_i)
         grid = (outer * n_groups_dim * n_iblocks,)
         _mvue24_strided_kernel[grid](
-            x, out, mptr, seed, inner, n_groups_dim, n_iblocks, WRITE_MASK=write_mask, BLOCK_I=block_i
+            x, out, mptr, seed, inner, n_groups_dim, n_iblocks, WRITE_MASK=write_mask, BLOCK_I=block_i, **seed_kw
         )
 
 
@@ -399,6 +431,83 @@ def mvue24_reference(
     return (out, keep) if return_mask else out
 
 
+def mvue24_seed_tensor(
+    device: torch.device | str | None = None, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """A fresh int64 seed tensor (shape [1]) for :func:`mvue24_nocheck`, drawn on the host from
+    ``generator`` (or torch's default, so ``torch.manual_seed`` makes it reproducible)."""
+    seed = torch.randint(0, 2**62, (1,), dtype=torch.int64, generator=generator)
+    return seed.to(device) if device is not None else seed
+
+
+def _check_seed_tensor(seed_tensor: object, x: torch.Tensor) -> torch.Tensor:
+    if not isinstance(seed_tensor, torch.Tensor):
+        raise TypeError(f"seed_tensor must be a torch.Tensor, got {type(seed_tensor).__name__}")
+    if seed_tensor.dtype != torch.int64 or seed_tensor.numel() != 1:
+        raise TypeError(
+            f"seed_tensor must be an int64 tensor with one element, got {seed_tensor.dtype} of shape "
+            f"{tuple(seed_tensor.shape)}"
+        )
+    if seed_tensor.device != x.device:
+        raise ValueError(f"seed_tensor is on {seed_tensor.device} but x is on {x.device}")
+    if not seed_tensor.is_contiguous():
+        raise ValueError("seed_tensor must be contiguous (it is read and incremented in place)")
+    return seed_tensor
+
+
+def mvue24_nocheck(
+    x: torch.Tensor,
+    dim: int = -1,
+    *,
+    seed_tensor: torch.Tensor,
+    out: torch.Tensor | None = None,
+    mask_out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """MVUE 2:4 along ``dim`` without value scans or host syncs, for CUDA-graph capture.
+
+    The seed is read on the device from ``seed_tensor`` (int64, one element, on x's device, e.g.
+    from :func:`mvue24_seed_tensor`), which is then incremented in place, so every call, and
+    every replay of a graph that captured the call, draws fresh uniforms. Given the seed value
+    ``s`` held before the call, the result equals ``mvue24(x, dim, seed=s)`` bit for bit.
+
+    Only metadata is checked (types, shapes, dtypes, devices: no host sync). Not checked, so the
+    caller's duty: x finite with ``max|x| <= float32 max / 8``, and kept values ``2 * max|x|``
+    within the dtype's range. ``out`` (contiguous, x's shape and dtype) receives the result
+    (else a new tensor); ``mask_out`` (bool, contiguous, x's shape) the keep-mask.
+    """
+    x = check_tensor("x", x, dtypes=FLOAT_DTYPES, min_ndim=1, finite=False)
+    d = _norm_dim(x, dim)
+    check_divisible(f"x.shape[{d}] (dim={dim})", x.shape[d], GROUP, "2:4 group size")
+    _check_seed_tensor(seed_tensor, x)
+    for name, t, dtype in (("out", out, x.dtype), ("mask_out", mask_out, torch.bool)):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != dtype:
+            raise TypeError(f"{name} has dtype {t.dtype}; expected {dtype}")
+        if t.shape != x.shape or t.device != x.device or not t.is_contiguous():
+            raise ValueError(
+                f"{name} must be contiguous with x's shape {tuple(x.shape)} on {x.device}, got shape "
+                f"{tuple(t.shape)} on {t.device} (contiguous={t.is_contiguous()})"
+            )
+    xc = x.contiguous()
+    if out is None:
+        out = torch.empty_like(xc, memory_format=torch.contiguous_format)
+    if use_triton(x):
+        _mvue24_into(xc, out, mask_out, 0, d, seed_tensor=seed_tensor)
+    else:  # plain PyTorch (CPU without the interpreter): same draws as mvue24(x, dim, seed=s) there
+        gen = torch.Generator(device=x.device).manual_seed(int(seed_tensor.item()))
+        u = torch.rand(x.numel() // GROUP, generator=gen, device=x.device, dtype=torch.float32)
+        xm = xc.movedim(d, -1)
+        o, keep = _mvue_groups_reference(xm.reshape(-1, GROUP).to(torch.float32), u)
+        out.copy_(o.to(x.dtype).reshape(xm.shape).movedim(-1, d))
+        if mask_out is not None:
+            mask_out.copy_(keep.reshape(xm.shape).movedim(-1, d))
+    seed_tensor.add_(1)  # on the device: the next call (or graph replay) draws afresh
+    return out
+
+
 def mvue24_bytes(x: torch.Tensor, return_mask: bool = False) -> int:
     """Minimum DRAM traffic of :func:`mvue24`: read x once, write out once (plus the bool mask)."""
     n = x.numel()
@@ -408,4 +517,4 @@ def mvue24_bytes(x: torch.Tensor, return_mask: bool = False) -> int:
     return b
 
 
-__all__ = ["mvue24", "mvue24_bytes", "mvue24_reference", "mvue24_uniforms"]
+__all__ = ["mvue24", "mvue24_bytes", "mvue24_nocheck", "mvue24_reference", "mvue24_seed_tensor", "mvue24_uniforms"]

@@ -112,3 +112,56 @@ class Sparse24Weight:
         y = torch._cslt_sparse_mm(self.compressed, x2d.t(), transpose_result=True, alg_id=self.alg_id(x2d))
         y = y.reshape(*x.shape[:-1], self.shape[0])
         return y if bias is None else y + bias
+
+
+# --------------------------------------------------------------------------------------------
+# per-call 2:4 GEMMs for training (the sparse operand changes every step: compress every call)
+# --------------------------------------------------------------------------------------------
+
+
+def cslt_refusal(a_rows: int, a_cols: int, b_cols: int, dtype: torch.dtype, device: torch.device) -> str | None:
+    """Why cuSPARSELt cannot compute A [a_rows, a_cols] (2:4 along a_cols) @ B [a_cols, b_cols]
+    here, or None when it can. Conservative: fp16/bf16 on CUDA, a_rows % 32 == 0,
+    a_cols % 64 == 0 and b_cols a positive multiple of 16."""
+    if device.type != "cuda":
+        return f"tensors are on {device.type}, not on a CUDA device"
+    if not cusparselt_available():
+        return "this torch build has no cuSPARSELt"
+    if dtype not in _CSLT_DTYPES:
+        return f"dtype {str(dtype).replace('torch.', '')} is not supported by cuSPARSELt here (fp16, bf16)"
+    if a_rows % 32 or a_cols % 64:
+        return f"sparse operand {a_rows}x{a_cols}: cuSPARSELt needs rows % 32 == 0 and cols % 64 == 0"
+    if b_cols <= 0 or b_cols % 16:
+        return f"dense operand has {b_cols} columns: cuSPARSELt needs a positive multiple of 16"
+    return None
+
+
+def _search_alg(compressed: torch.Tensor, b: torch.Tensor, transpose_result: bool, key: tuple) -> int:
+    """Best alg_id for this problem, searched once per key and cached. Never searches while a
+    CUDA graph is being captured (the search times kernels): then the default 0, not cached."""
+    if key in _ALG_CACHE:
+        return _ALG_CACHE[key]
+    if torch.cuda.is_current_stream_capturing():
+        return 0
+    try:
+        found = torch._C._cusparselt.mm_search(compressed, b, None, None, None, transpose_result)
+        _ALG_CACHE[key] = int(found[0] if isinstance(found, tuple) else found)
+    except (AttributeError, RuntimeError, TypeError):
+        _ALG_CACHE[key] = 0
+    return _ALG_CACHE[key]
+
+
+def cslt_sparse_mm(a: torch.Tensor, b: torch.Tensor, *, transpose_result: bool = False) -> torch.Tensor:
+    """A @ B on cuSPARSELt, A [m, k] row-major and 2:4 along k (its pruned dense form), B [k, n].
+
+    A is compressed on every call (in training it changes every step; the compress is part of
+    the step and can be captured in a CUDA graph); the algorithm is searched once per (shapes,
+    layout, dtype, device) and cached. ``transpose_result=True`` returns (A @ B).T, [n, m]
+    row-major. No checks and no fallback here: the caller has made sure that
+    :func:`cslt_refusal` is None and that A is 2:4 (cuSPARSELt would silently drop extra
+    nonzeros).
+    """
+    compressed = torch._cslt_compress(a)
+    key = ("mm", tuple(a.shape), tuple(b.shape), b.stride(), transpose_result, a.dtype, a.device.index)
+    alg = _search_alg(compressed, b, transpose_result, key)
+    return torch._cslt_sparse_mm(compressed, b, transpose_result=transpose_result, alg_id=alg)

@@ -15,6 +15,8 @@ SUITES: dict[str, str] = {
     "table3": "suites.table3",
     "figure3": "suites.figure3",
     "pivot_comm": "suites.pivot_comm",
+    "figure6": "suites.figure6",
+    "table8": "suites.table8",
 }
 
 

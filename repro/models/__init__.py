@@ -1,5 +1,7 @@
 """Models of the end-to-end sparse-training measurements."""
 
+from repro.models.gpt2 import CONFIGS as GPT2_CONFIGS
+from repro.models.gpt2 import GPT2Config, GPT2Model, build_gpt2, ffn_linears
 from repro.models.llama import (
     CONFIGS,
     LlamaConfig,
@@ -14,6 +16,11 @@ from repro.models.llama import (
 
 __all__ = [
     "CONFIGS",
+    "GPT2_CONFIGS",
+    "GPT2Config",
+    "GPT2Model",
+    "build_gpt2",
+    "ffn_linears",
     "LlamaConfig",
     "LlamaModel",
     "block_linear_shapes",

@@ -6,7 +6,8 @@ biases; every weight matrix and the embedding start as N(0, 0.02), norm gains as
 goes through ``F.scaled_dot_product_attention(is_causal=True)`` (flash attention under bf16 on a
 GPU). The seven linears of a block (q, k, v, o, gate, up, down) are the *sparse linears*: the ones
 2:4 / flex-SS training masks (``block_linear_shapes``, ``sparse_linears``); the embedding and the
-output projection stay dense.
+output projection stay dense. ``LlamaModel(cfg, linear_factory=...)`` builds the SwiGLU linears
+(gate, up, down) with another module (e.g. a sparse linear); the default is nn.Linear.
 
 Configurations (``CONFIGS``):
 
@@ -30,7 +31,9 @@ of the same width, e.g. to time a few blocks of a model too large to train on on
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -224,25 +227,43 @@ class Attention(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """down(silu(gate(x)) * up(x))."""
+    """down(silu(gate(x)) * up(x)).
 
-    def __init__(self, cfg: LlamaConfig, device=None, dtype=None) -> None:
+    ``linear_factory(in_features, out_features, bias=False) -> nn.Module`` replaces the three
+    bias-free nn.Linear layers (e.g. a sparse linear); its modules are moved to device/dtype.
+    """
+
+    def __init__(
+        self, cfg: LlamaConfig, device=None, dtype=None, linear_factory: Callable[..., nn.Module] | None = None
+    ) -> None:
         super().__init__()
-        self.gate = _linear(cfg.hidden, cfg.ffn, device, dtype)
-        self.up = _linear(cfg.hidden, cfg.ffn, device, dtype)
-        self.down = _linear(cfg.ffn, cfg.hidden, device, dtype)
+        if linear_factory is None:
+            make = functools.partial(_linear, device=device, dtype=dtype)
+        elif not callable(linear_factory):
+            raise TypeError(f"linear_factory must be callable, got {type(linear_factory).__name__}")
+        else:
+
+            def make(i: int, o: int) -> nn.Module:
+                m = linear_factory(i, o, bias=False)
+                return m.to(device=device, dtype=dtype) if device is not None or dtype is not None else m
+
+        self.gate = make(cfg.hidden, cfg.ffn)
+        self.up = make(cfg.hidden, cfg.ffn)
+        self.down = make(cfg.ffn, cfg.hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: LlamaConfig, device=None, dtype=None) -> None:
+    def __init__(
+        self, cfg: LlamaConfig, device=None, dtype=None, linear_factory: Callable[..., nn.Module] | None = None
+    ) -> None:
         super().__init__()
         self.attn_norm = RMSNorm(cfg.hidden, cfg.norm_eps, device, dtype)
         self.attn = Attention(cfg, device, dtype)
         self.ffn_norm = RMSNorm(cfg.hidden, cfg.norm_eps, device, dtype)
-        self.ffn = SwiGLU(cfg, device, dtype)
+        self.ffn = SwiGLU(cfg, device, dtype, linear_factory)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), cos, sin)
@@ -250,16 +271,22 @@ class Block(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    """tokens [B, T] (int) -> logits [B, T, vocab]; ``loss(tokens)`` is next-token cross entropy."""
+    """tokens [B, T] (int) -> logits [B, T, vocab]; ``loss(tokens)`` is next-token cross entropy.
 
-    def __init__(self, cfg: LlamaConfig, device=None, dtype=None) -> None:
+    ``linear_factory`` (optional) builds the SwiGLU linears (gate, up, down) of every block, called as
+    ``linear_factory(in_features, out_features, bias=False)``; default nn.Linear.
+    """
+
+    def __init__(
+        self, cfg: LlamaConfig, device=None, dtype=None, linear_factory: Callable[..., nn.Module] | None = None
+    ) -> None:
         super().__init__()
         if not isinstance(cfg, LlamaConfig):
             raise TypeError(f"cfg must be a LlamaConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab, cfg.hidden, device=device, dtype=dtype)
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.seq_len, cfg.rope_theta)
-        self.layers = nn.ModuleList(Block(cfg, device, dtype) for _ in range(cfg.layers))
+        self.layers = nn.ModuleList(Block(cfg, device, dtype, linear_factory) for _ in range(cfg.layers))
         self.norm = RMSNorm(cfg.hidden, cfg.norm_eps, device, dtype)
         self.lm_head = _linear(cfg.hidden, cfg.vocab, device, dtype)
         self.reset_parameters()
@@ -271,6 +298,8 @@ class LlamaModel(nn.Module):
                 m.weight.normal_(0.0, INIT_STD)
             elif isinstance(m, RMSNorm):
                 m.weight.fill_(1.0)
+            elif isinstance(getattr(m, "weight", None), nn.Parameter) and m.weight.dim() == 2:
+                m.weight.normal_(0.0, INIT_STD)  # a factory-made linear that is not an nn.Linear
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         if tokens.dim() != 2:

@@ -1,0 +1,199 @@
+"""Hu et al. 2024, Table 8: end-to-end pre-training step speedup of GPT-2 124M, 350M and 774M with
+2:4 fully sparse training (``fst``) vs dense, at the paper's batch sizes (16, 16, 5; sequence 1024)
+and a larger one, with ``weight24``, ``srste`` and the iso-FLOP ``half`` baseline alongside.
+
+One training step = forward, loss, backward, gradient clipping, AdamW (bf16 autocast, float32
+master weights), captured whole in a CUDA graph and replayed (the dense baseline the same way).
+Sparse modes also pay for their mask refreshes: the transposable masks of every FFN linear are
+recomputed every ``mask_interval`` (40) steps outside the graph; that time, divided by 40, is added
+to the step (``step_time_amortized``, the basis of the speedup). Before timing, each sparse model's
+loss is checked against a float32 dense twin with the same masks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from repro.models.gpt2 import CONFIGS, GPT2Config, build_gpt2
+from repro.paper import load_paper
+from repro.plots import grouped_bars, new_figure, save
+from repro.suite import RunContext
+from suites._training_bench import factory, mode_config, rel_err, sparse_layers
+
+NAME = "table8"
+PAPER = "hu2024"
+ARTIFACT = "table8"
+TITLE = "Hu et al. 2024 Table 8: GPT-2 end-to-end training-step speedup (2:4 fst vs dense)"
+
+FULL = {"gpt2-124m": (16, 64), "gpt2-350m": (16, 32), "gpt2-774m": (5, 16)}  # paper batch, larger one
+SMOKE_CFG = GPT2Config(d_model=64, n_layer=2, n_head=4, vocab_size=256, seq_len=32)
+SMOKE = {"smoke-tiny": (2,)}
+MODES = ("fst", "weight24", "srste", "half")
+SEQ = 1024
+LOSS_TOL = 2e-2
+
+
+def _config(name: str, profile: str) -> GPT2Config:
+    return CONFIGS[name] if profile == "full" else SMOKE_CFG
+
+
+class _Step:
+    """A whole training step on static tensors; ``__call__`` is what the graph captures."""
+
+    def __init__(self, model: torch.nn.Module, tokens: torch.Tensor, targets: torch.Tensor, cuda: bool) -> None:
+        self.model, self.tokens, self.targets, self.cuda = model, tokens, targets, cuda
+        params = [p for p in model.parameters() if p.requires_grad]
+        kw = {"fused": True, "capturable": True} if cuda else {}
+        self.params = params
+        self.opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95), **kw)
+
+    def loss(self) -> torch.Tensor:
+        with torch.autocast(self.tokens.device.type, dtype=torch.bfloat16, enabled=self.cuda, cache_enabled=False):
+            logits = self.model(self.tokens)
+        return F.cross_entropy(logits.float().flatten(0, 1), self.targets.flatten())
+
+    def __call__(self) -> None:
+        self.loss().backward()
+        torch.nn.utils.clip_grad_norm_(self.params, 1.0, foreach=self.cuda)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=False)
+
+
+def _model(cfg: GPT2Config, mode: str, device: torch.device) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_gpt2(mode_config(cfg, mode), linear_factory=factory(mode)).to(device)
+
+
+@torch.no_grad()
+def _check_loss(ctx: RunContext, model: torch.nn.Module, cfg: GPT2Config, tokens, targets, label: str) -> float:
+    """Loss of the sparse model vs a float32 dense twin whose FFN weights carry the same masks."""
+    twin = build_gpt2(dataclasses.replace(cfg, ffn_mode="dense")).to(tokens.device)
+    state = {k: v.float() for k, v in model.state_dict().items()}
+    for name, m in model.named_modules():
+        if m in sparse_layers(model):
+            state[f"{name}.weight"] = m.weight.float() * m.mask
+    twin.load_state_dict(state)
+    with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=tokens.is_cuda):
+        got = F.cross_entropy(model(tokens).float().flatten(0, 1), targets.flatten())
+    ref = F.cross_entropy(twin(tokens).float().flatten(0, 1), targets.flatten())
+    err = rel_err(got.reshape(1), ref.reshape(1))
+    ctx.check(err <= LOSS_TOL, f"{label}: loss {got.item():.4f} vs masked dense twin {ref.item():.4f}")
+    return err
+
+
+def _refresh_time(ctx: RunContext, model: torch.nn.Module) -> float:
+    """Milliseconds of one mask refresh of every sparse FFN linear (done every mask_interval steps)."""
+    layers = [m for m in sparse_layers(model) if m.mode != "srste"]
+    if not layers:
+        return 0.0
+    t = ctx.time(lambda: [m.refresh_mask() for m in layers], graph=False)
+    return t.ms
+
+
+def run(ctx: RunContext) -> None:
+    cuda = ctx.device.type == "cuda"
+    plan = FULL if ctx.profile == "full" else SMOKE
+    for name, batches in plan.items():
+        cfg = _config(name, ctx.profile)
+        seq = SEQ if ctx.profile == "full" else cfg.seq_len
+        for batch in batches:
+            label = f"{name} N={batch}"
+            gen = torch.Generator(device=ctx.device).manual_seed(3)
+            tokens = torch.randint(0, cfg.vocab_size, (batch, seq), device=ctx.device, generator=gen)
+            targets = torch.randint(0, cfg.vocab_size, (batch, seq), device=ctx.device, generator=gen)
+            ms: dict[str, float] = {}
+            for mode in ("dense", *MODES):
+                model = step = None
+                try:
+                    model = _model(cfg, mode, ctx.device)
+                    step = _Step(model, tokens, targets, cuda)
+                    step.loss()  # first forward: masks and cuSPARSELt algorithms
+                    shape = f"{name}/N={batch}/seq={seq}"
+                    add = partial(ctx.results.add, mode, shape, "bf16", verified=True)
+                    if mode in ("fst", "weight24", "srste"):
+                        add("loss_rel_err_vs_masked_dense", _check_loss(ctx, model, cfg, tokens, targets, label), "")
+                    t = ctx.time(step)
+                    refresh = _refresh_time(ctx, model) if mode in ("fst", "weight24") else 0.0
+                    interval = next((m.mask_interval for m in sparse_layers(model)), 1)
+                    amortized = t.ms + refresh / interval
+                    add("step_time", t.ms, "ms", timer=t.timer)
+                    add("mask_refresh_time", refresh, "ms")
+                    add("step_time_amortized", amortized, "ms", timer=t.timer)
+                    add("tokens_per_s", batch * seq / (amortized * 1e-3), "tokens/s", timer=t.timer)
+                    ms[mode] = amortized
+                except torch.cuda.OutOfMemoryError:
+                    ctx.log(f"{label} {mode}: out of GPU memory, skipped")
+                finally:
+                    model = step = None
+                    if cuda:
+                        torch.cuda.empty_cache()
+            if "dense" not in ms:
+                continue
+            for mode in MODES:
+                if mode in ms:
+                    ctx.results.add(
+                        mode,
+                        f"{name}/N={batch}/seq={seq}",
+                        "bf16",
+                        "speedup_vs_dense",
+                        ms["dense"] / ms[mode],
+                        "x",
+                        verified=True,
+                    )
+            ctx.log(
+                f"{label:>18s}: dense {ms['dense']:.1f} ms/step; "
+                + ", ".join(f"{m} {ms['dense'] / ms[m]:.3f}x" for m in MODES if m in ms)
+            )
+
+
+def compare(df: pd.DataFrame) -> pd.DataFrame:
+    paper = load_paper(ARTIFACT, PAPER)
+    pp = {(r.shape, r.metric): r.value for r in paper.itertuples()}
+    s = df[df["metric"] == "speedup_vs_dense"]
+    st = df[(df["metric"] == "step_time_amortized") & (df["method"] == "dense")]
+    dense_ms = dict(zip(st["shape"], st["value"], strict=False))
+    rows = []
+    for shape, g in s.groupby("shape", sort=False):
+        model, nb, _ = shape.split("/")
+        batch = int(nb.split("=")[1])
+        row = {"model": model, "batch": batch, "dense_ms": dense_ms.get(shape)}
+        for r in g.itertuples():
+            row[f"{r.method}_speedup"] = r.value
+        if pp.get((model, "batch_size")) == batch:
+            row["paper_fst_speedup (RTX 3090)"] = pp.get((model, "speedup"))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summary(df: pd.DataFrame) -> str:
+    t = compare(df)
+    if t.empty or "fst_speedup" not in t:
+        return "see page"
+    parts = [f"{r.model} N={r.batch}: fst {r.fst_speedup:.2f}x" for r in t.itertuples()]
+    return "; ".join(parts) + " (paper 1.1/1.15/1.2x at N=16/16/5)"
+
+
+def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
+    t = compare(df)
+    fig, (ax,) = new_figure(ncols=1, width=7.0)
+    labels = [f"{r.model}\nN={r.batch}" for r in t.itertuples()]
+    series = {m: list(t.get(f"{m}_speedup", pd.Series([float("nan")] * len(t)))) for m in MODES}
+    series["paper fst (RTX 3090)"] = list(t.get("paper_fst_speedup (RTX 3090)", pd.Series([float("nan")] * len(t))))
+    grouped_bars(
+        ax,
+        labels,
+        series,
+        hatched={"paper fst (RTX 3090)"},
+        ylabel="training-step speedup vs dense (x)",
+        title="GPT-2 pre-training step, CUDA-graph replay",
+    )
+    ax.axhline(1.0, color="grey", lw=0.8)
+    dev, prof = df["device"].iloc[0], df["profile"].iloc[0]
+    fig.suptitle(f"{TITLE}  [{dev}, {prof}]", fontsize=9)
+    return save(fig, stem)

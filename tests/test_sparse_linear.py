@@ -1,0 +1,730 @@
+"""SparseLinear (2:4 sparse training layer): every mode's forward and backward against a float64
+reference from the definition with the same mask (and, for fst, the same MVUE draw), mask
+structure, masked decay, unbiasedness of the fst weight gradient (a bound with power), the mask
+schedule and flip rates, bad inputs, nn.Linear drop-in behaviour, autocast, the graph-safe
+no-check kernel entry points, a tiny MLP that learns in every mode; GPU-only: cuSPARSELt equals
+the fallback, CUDA-graph capture with fresh MVUE draws per replay."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import kernels.masked_decay as md_mod
+import kernels.mvue as mvue_mod
+import kernels.sparse_linear as sl_mod
+import kernels.transposable as tr_mod
+from kernels import SparseLinear, nm_mask
+from kernels.masked_decay import masked_decay_, masked_decay_nocheck_, masked_decay_reference
+from kernels.mvue import mvue24, mvue24_nocheck, mvue24_reference, mvue24_seed_tensor, mvue24_uniforms
+from kernels.sparse_linear import MODES
+from kernels.transposable import is_transposable_24, tile_scores
+from tests.helpers import assert_close_rel
+
+pytestmark = pytest.mark.filterwarnings("ignore:SparseLinear.*dense fallback:UserWarning")
+
+SPARSE_MODES = ("fst", "srste", "weight24")
+CUDA = torch.cuda.is_available()
+
+
+@pytest.fixture
+def plain_torch(monkeypatch):
+    """Run the plain-PyTorch paths of the kernels (fast on CPU; the Triton paths are covered by
+    the exact tests, which run them through the interpreter)."""
+    for mod in (mvue_mod, md_mod, tr_mod):
+        monkeypatch.setattr(mod, "use_triton", lambda t: False)
+    return True
+
+
+def _uniforms(seed: int, n: int, plain: bool) -> torch.Tensor:
+    if plain:
+        return torch.rand(n, generator=torch.Generator().manual_seed(seed))
+    return mvue24_uniforms(seed, n, "cpu")
+
+
+def _mvue_rows_ref(dyt: torch.Tensor, seed: int, plain: bool = False) -> torch.Tensor:
+    """MVUE of dY^T [out, T] along T as the layer draws it (zero-padded to T % 4 == 0)."""
+    t = dyt.shape[1]
+    pad = (-t) % 4
+    xp = F.pad(dyt, (0, pad)).contiguous()
+    return mvue24_reference(xp, -1, u=_uniforms(seed, xp.numel() // 4, plain))[:, :t]
+
+
+def _reference(layer: SparseLinear, x: torch.Tensor, dy: torch.Tensor, mask: torch.Tensor, seed, plain=False):
+    """float64 (y, dx, dW, db) from the definition of the layer's mode."""
+    w = layer.weight.detach().double()
+    x2 = x.detach().reshape(-1, layer.in_features).double()
+    dy2 = dy.reshape(-1, layer.out_features)
+    wm = w * mask
+    y = x2 @ wm.T
+    if layer.bias is not None:
+        y = y + layer.bias.detach().double()
+    dx = dy2.double() @ wm
+    g = _mvue_rows_ref(dy2.t().contiguous(), seed, plain).double() if layer.mode == "fst" else dy2.double().t()
+    dw = g @ x2
+    if layer.mode != "dense":
+        dw = dw + layer.decay * w * (~mask).double()
+    db = dy2.double().sum(0)
+    return y.reshape(*x.shape[:-1], -1), dx.reshape(x.shape), dw, db
+
+
+def _run(layer: SparseLinear, x: torch.Tensor, dy: torch.Tensor):
+    x = x.clone().requires_grad_(True)
+    assert layer.weight.grad is None
+    y = layer(x)
+    y.backward(dy)
+    return y, x.grad, layer.weight.grad, None if layer.bias is None else layer.bias.grad
+
+
+def _data(shape, out_features, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g)
+    dy = torch.randn(*shape[:-1], out_features, generator=g)
+    return x, dy
+
+
+# --------------------------------------------------------------------------------------------
+# forward and backward against the reference (Triton kernels through the interpreter)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_forward_backward_match_reference(mode, bias):
+    torch.manual_seed(1)
+    layer = SparseLinear(32, 16, bias=bias, mode=mode, decay=0.05)  # large decay: visible in dW
+    x, dy = _data((2, 4, 32), 16, seed=2)  # leading dims, T = 8 tokens
+    seed = None if layer.mvue_seed is None else int(layer.mvue_seed)
+    y, dx, dw, db = _run(layer, x, dy)
+    mask = layer.mask
+    ry, rdx, rdw, rdb = _reference(layer, x, dy, mask, seed)
+    assert y.shape == (2, 4, 16) and dx.shape == x.shape and dw.shape == layer.weight.shape
+    assert y.dtype == dx.dtype == dw.dtype == torch.float32
+    assert_close_rel(y, ry, 1e-6)
+    assert_close_rel(dx, rdx, 1e-6)
+    assert_close_rel(dw, rdw, 1e-6)
+    if bias:
+        assert_close_rel(db, rdb, 1e-6)
+    if mode == "fst":
+        assert int(layer.mvue_seed) == seed + 1  # consumed once, on the device
+    else:
+        assert layer.mvue_seed is None
+
+
+def test_fst_token_count_not_multiple_of_4_is_padded():
+    torch.manual_seed(3)
+    layer = SparseLinear(16, 8, mode="fst", decay=0.01)
+    x, dy = _data((3, 2, 16), 8, seed=4)  # T = 6
+    seed = int(layer.mvue_seed)
+    y, dx, dw, db = _run(layer, x, dy)
+    ry, rdx, rdw, rdb = _reference(layer, x, dy, layer.mask, seed)
+    for out, ref in ((y, ry), (dx, rdx), (dw, rdw), (db, rdb)):
+        assert_close_rel(out, ref, 1e-6)
+
+
+def test_fst_gradient_is_2_4_along_tokens_before_the_gemm():
+    """dW = MVUE(dY^T) X: with X = identity over tokens, dW - decay term is MVUE(dY^T) itself."""
+    torch.manual_seed(5)
+    layer = SparseLinear(16, 8, bias=False, mode="fst", decay=0.0)
+    x = torch.eye(16)  # T = 16 tokens, X = I
+    dy = torch.randn(16, 8)
+    seed = int(layer.mvue_seed)
+    _, _, dw, _ = _run(layer, x, dy)
+    g = dw.reshape(8, 4, 4)
+    assert ((g != 0).sum(-1) <= 2).all()
+    assert torch.equal(dw, _mvue_rows_ref(dy.t().contiguous(), seed))
+
+
+# --------------------------------------------------------------------------------------------
+# masks and masked decay
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mask_structure(mode):
+    torch.manual_seed(6)
+    layer = SparseLinear(32, 24, mode=mode)
+    m = layer.mask
+    assert m.dtype == torch.bool and m.shape == layer.weight.shape
+    w = layer.weight.detach()
+    if mode == "dense":
+        assert m.all()
+    elif mode == "srste":
+        assert torch.equal(m, nm_mask(w, 2, 4, dim=1))
+        assert (m.reshape(24, 8, 4).sum(-1) == 2).all()
+    else:
+        assert is_transposable_24(m) and is_transposable_24(m.t().contiguous())
+        # optimal: the retained |W| equals the best of the 90 patterns in every tile (float64)
+        best = tile_scores(w).max(-1).values.sum()
+        assert math.isclose((w.double().abs() * m).sum().item(), best.item(), rel_tol=1e-12)
+    # the property returns a copy: writing to it does not change the layer
+    m.fill_(False)
+    assert layer.mask.any()
+
+
+@pytest.mark.parametrize("mode", SPARSE_MODES)
+def test_masked_decay_applied_to_pruned_weights_only(mode):
+    torch.manual_seed(7)
+    layer = SparseLinear(16, 16, mode=mode, decay=0.3)
+    x = torch.randn(4, 16)
+    _, _, dw, db = _run(layer, x, torch.zeros(4, 16))  # no data gradient: dW is the decay alone
+    mask = layer.mask
+    expect = masked_decay_reference(torch.zeros(16, 16), layer.weight.detach(), mask, 0.3)
+    assert torch.equal(dw, expect)
+    assert (dw[mask] == 0).all() and (dw[~mask] != 0).all()
+    assert torch.equal(db, torch.zeros(16))
+
+
+def test_dense_mode_has_no_decay_and_equals_nn_linear():
+    torch.manual_seed(8)
+    ref = nn.Linear(12, 6)
+    torch.manual_seed(8)
+    layer = SparseLinear(12, 6, mode="dense", decay=0.5)  # any width: no 2:4 constraint in dense mode
+    assert torch.equal(layer.weight, ref.weight) and torch.equal(layer.bias, ref.bias)
+    x = torch.randn(3, 5, 12)
+    dy = torch.randn(3, 5, 6)
+    y, dx, dw, db = _run(layer, x, dy)
+    xr = x.clone().requires_grad_(True)
+    ref(xr).backward(dy)
+    assert torch.equal(y, ref(x)) and torch.equal(dx, xr.grad)
+    assert torch.equal(dw, ref.weight.grad) and torch.equal(db, ref.bias.grad)
+    assert layer.backend == "dense" and "dense" in layer.fallback_reason
+
+
+# --------------------------------------------------------------------------------------------
+# fst weight gradient: unbiased (statistical bound, with power)
+# --------------------------------------------------------------------------------------------
+
+
+def _violations(mean: torch.Tensor, sd: torch.Tensor, n: int, expect: torch.Tensor) -> torch.Tensor:
+    """|mean - E| beyond 5 standard errors (plus a hair of rounding slack)."""
+    tiny = 1e-6 * expect.abs().max()
+    return (mean - expect).abs() > 5 * sd / math.sqrt(n) + tiny
+
+
+def test_fst_weight_gradient_unbiased(plain_torch):
+    torch.manual_seed(9)
+    layer = SparseLinear(8, 8, bias=False, mode="fst", decay=0.05)
+    g = torch.Generator().manual_seed(10)
+    x = torch.randn(16, 8, generator=g)
+    dy = torch.randn(16, 8, generator=g) * torch.exp(torch.randn(16, 8, generator=g))  # some dominant entries
+    n = 2000
+    draws = torch.empty(n, 8, 8, dtype=torch.float64)
+    for k in range(n):
+        layer.weight.grad = None
+        layer(x).backward(dy)
+        draws[k] = layer.weight.grad.double()
+    w = layer.weight.detach().double()
+    mask = layer.mask
+    expect = dy.double().t() @ x.double() + 0.05 * w * (~mask).double()
+    mean, sd = draws.mean(0), draws.std(0)
+    assert torch.isfinite(draws).all()
+    assert sd.max() > 0  # it is random
+    bad = _violations(mean, sd, n, expect)
+    assert not bad.any(), f"biased at {bad.nonzero().tolist()}"
+    # power: a 10% scale error, and the deterministic top-2 pruning of dY^T, are both caught
+    assert _violations(1.1 * mean, 1.1 * sd, n, expect).any()
+    top2 = (dy.t() * nm_mask(dy.t().contiguous(), 2, 4, dim=1)).double() @ x.double() + 0.05 * w * (~mask).double()
+    assert _violations(top2, torch.zeros_like(top2), n, expect).any()
+
+
+# --------------------------------------------------------------------------------------------
+# mask schedule, dense fine-tuning, flip rate
+# --------------------------------------------------------------------------------------------
+
+
+def _opt_mask(w: torch.Tensor) -> torch.Tensor:
+    return tr_mod.transposable_mask_reference(w.detach())
+
+
+@pytest.mark.parametrize("mode", ["fst", "weight24"])
+def test_schedule_refresh_and_dense_switch(mode, plain_torch):
+    torch.manual_seed(11)
+    total, interval = 12, 3  # dense_fraction 1/6: dense once step >= 10
+    layer = SparseLinear(16, 16, mode=mode, mask_interval=interval)
+    g = torch.Generator().manual_seed(12)
+    in_use = layer.mask
+    prev_cand = _opt_mask(layer.weight)
+    assert torch.equal(in_use, prev_cand)
+    for step in range(1, total + 1):
+        with torch.no_grad():
+            layer.weight.add_(0.2 * torch.randn(16, 16, generator=g))  # big steps: masks change
+        layer.after_optimizer_step(step, total)
+        if step >= 10:
+            assert layer.is_dense and layer.mask.all() and layer.flip_rate is None
+            assert layer.backend == "dense" and "dense fine-tuning" in layer.fallback_reason
+            x = torch.randn(3, 16)
+            assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
+            continue
+        assert not layer.is_dense
+        cand = _opt_mask(layer.weight)
+        if step % interval == 0:
+            in_use = cand
+        assert torch.equal(layer.mask, in_use), step
+        expect_flip = (cand != prev_cand).double().mean().item()
+        assert 0.0 < layer.flip_rate <= 1.0
+        assert layer.flip_rate == pytest.approx(expect_flip, abs=1e-12)
+        prev_cand = cand
+    # the forward uses the mask in use
+    layer.set_dense(False)
+    assert not layer.is_dense and torch.equal(layer.mask, _opt_mask(layer.weight))
+    x = torch.randn(5, 16)
+    assert_close_rel(layer(x), x.double() @ (layer.weight.double() * layer.mask).T + layer.bias.double(), 1e-6)
+
+
+def test_flip_rate_zero_when_weights_unchanged_and_none_when_untracked(plain_torch):
+    torch.manual_seed(13)
+    layer = SparseLinear(16, 8, mode="fst", mask_interval=2)
+    layer.after_optimizer_step(1, 100)
+    assert layer.flip_rate == 0.0
+    layer.after_optimizer_step(2, 100)
+    assert layer.flip_rate == 0.0
+    quiet = SparseLinear(16, 8, mode="weight24", mask_interval=2, track_flip=False)
+    before = quiet.mask
+    with torch.no_grad():
+        quiet.weight.mul_(torch.rand(8, 16))  # reorder magnitudes
+    quiet.after_optimizer_step(1, 100)
+    assert quiet.flip_rate is None and torch.equal(quiet.mask, before)  # not a refresh step
+    quiet.after_optimizer_step(2, 100)
+    assert quiet.flip_rate is None and torch.equal(quiet.mask, _opt_mask(quiet.weight))
+
+
+def test_dense_switch_boundary_and_disabled(plain_torch):
+    layer = SparseLinear(8, 8, mode="fst", mask_interval=1000)
+    layer.after_optimizer_step(49, 60)
+    assert not layer.is_dense
+    layer.after_optimizer_step(50, 60)  # (1 - 1/6) * 60 = 50
+    assert layer.is_dense
+    layer.after_optimizer_step(51, 60)
+    assert layer.is_dense  # stays dense
+    never = SparseLinear(8, 8, mode="weight24", dense_fraction=0.0)
+    never.after_optimizer_step(60, 60)
+    assert not never.is_dense
+    srste = SparseLinear(8, 8, mode="srste")
+    srste.after_optimizer_step(60, 60)
+    assert not srste.is_dense  # SR-STE has no dense phase of its own
+    srste.set_dense(True)
+    assert srste.is_dense and srste.mask.all()
+
+
+def test_srste_mask_follows_weights_and_flip_rate():
+    torch.manual_seed(14)
+    layer = SparseLinear(16, 8, mode="srste")
+    x = torch.randn(4, 16)
+    layer(x)
+    m0 = nm_mask(layer.weight.detach(), 2, 4, dim=1)
+    layer.after_optimizer_step(1, 10)
+    assert layer.flip_rate is None  # nothing to compare with yet
+    with torch.no_grad():
+        layer.weight.mul_(torch.rand(8, 16) + 0.5)
+    y = layer(x)
+    m1 = nm_mask(layer.weight.detach(), 2, 4, dim=1)
+    assert not torch.equal(m0, m1)
+    assert_close_rel(y, x.double() @ (layer.weight.double() * m1).T + layer.bias.double(), 1e-6)
+    layer.after_optimizer_step(2, 10)
+    assert layer.flip_rate == pytest.approx((m1 != m0).double().mean().item(), abs=1e-12)
+    layer(x)
+    layer.after_optimizer_step(3, 10)
+    assert layer.flip_rate == 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# bad inputs
+# --------------------------------------------------------------------------------------------
+
+
+def test_bad_construction():
+    with pytest.raises(ValueError, match="valid modes: fst, srste, weight24, dense"):
+        SparseLinear(16, 16, mode="half")
+    with pytest.raises(ValueError, match="in_features=30 is not divisible by 4"):
+        SparseLinear(30, 16)
+    with pytest.raises(ValueError, match="out_features=18 is not divisible by 4"):
+        SparseLinear(32, 18, mode="weight24")
+    with pytest.raises(ValueError, match="in_features=30"):
+        SparseLinear(30, 16, mode="srste")
+    SparseLinear(32, 18, mode="srste")  # SR-STE groups run along in only
+    SparseLinear(30, 18, mode="dense")
+    with pytest.raises(TypeError, match="in_features must be an int"):
+        SparseLinear(16.0, 16)
+    with pytest.raises(ValueError, match="mask_interval"):
+        SparseLinear(16, 16, mask_interval=0)
+    with pytest.raises(ValueError, match="decay"):
+        SparseLinear(16, 16, decay=-1e-3)
+    with pytest.raises(ValueError, match="decay"):
+        SparseLinear(16, 16, decay=float("nan"))
+    with pytest.raises(ValueError, match="dense_fraction"):
+        SparseLinear(16, 16, dense_fraction=1.5)
+    with pytest.raises(TypeError, match="track_flip"):
+        SparseLinear(16, 16, track_flip=1)
+    with pytest.raises(TypeError, match="weight dtype"):
+        SparseLinear(16, 16, dtype=torch.float64)
+
+
+def test_bad_forward_inputs(monkeypatch):
+    layer = SparseLinear(16, 8, mode="fst")
+    with pytest.raises(ValueError, match="in_features=16"):
+        layer(torch.randn(4, 12))
+    with pytest.raises(ValueError, match="in_features=16"):
+        layer(torch.tensor(1.0))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        layer([1.0] * 16)
+    with pytest.raises(TypeError, match="dtype"):
+        layer(torch.ones(4, 16, dtype=torch.int32))
+    with pytest.raises(TypeError, match="dtype"):
+        layer(torch.randn(4, 16, dtype=torch.float64))
+    bad = torch.randn(4, 16)
+    bad[1, 3] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        layer(bad)
+    inf = torch.randn(4, 16)
+    inf[0, 0] = float("inf")
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        layer(inf)
+    # a NaN in the incoming gradient is refused too
+    y = layer(torch.randn(4, 16))
+    with pytest.raises(ValueError, match="grad_output"):
+        y.backward(torch.full_like(y, float("nan")))
+    # without checks nothing is scanned: the NaN propagates (visible, not hidden)
+    fast = SparseLinear(16, 8, mode="fst", checks=False)
+    assert torch.isnan(fast(bad)).any()
+    monkeypatch.setattr(sl_mod, "FAST_PATH", True)
+    assert torch.isnan(layer(bad)).any()
+
+
+def test_bad_schedule_calls():
+    layer = SparseLinear(16, 8, mode="fst")
+    with pytest.raises(ValueError, match="step"):
+        layer.after_optimizer_step(-1, 10)
+    with pytest.raises(ValueError, match="total_steps"):
+        layer.after_optimizer_step(1, 0)
+    with pytest.raises(TypeError, match="step"):
+        layer.after_optimizer_step(1.0, 10)
+    with pytest.raises(TypeError, match="bool"):
+        layer.set_dense(1)
+    with pytest.raises(ValueError, match="no sparse phase"):
+        SparseLinear(16, 8, mode="dense").set_dense(False)
+    nan_w = SparseLinear(16, 8, mode="weight24")
+    with torch.no_grad():
+        nan_w.weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        nan_w.after_optimizer_step(40, 100)
+    with pytest.raises(ValueError, match="NaN"):
+        nan_w(torch.randn(2, 16))
+
+
+# --------------------------------------------------------------------------------------------
+# nn.Linear drop-in
+# --------------------------------------------------------------------------------------------
+
+
+def test_drop_in_state_dict_and_shapes():
+    torch.manual_seed(15)
+    ref = nn.Linear(32, 16)
+    torch.manual_seed(15)
+    layer = SparseLinear(32, 16, mode="fst")
+    assert isinstance(layer, nn.Linear)
+    assert torch.equal(layer.weight, ref.weight)  # same initialisation as nn.Linear
+    assert set(layer.state_dict()) == {"weight", "bias"}
+    assert set(SparseLinear(32, 16, bias=False, mode="srste").state_dict()) == {"weight"}
+    assert "mode='fst'" in repr(layer)
+    # load an nn.Linear checkpoint, also through a parent module: the mask follows the weights
+    other = nn.Linear(32, 16)
+    seq = nn.Sequential(layer)
+    seq.load_state_dict(nn.Sequential(other).state_dict())
+    assert torch.equal(layer.weight, other.weight)
+    assert torch.equal(layer.mask, _opt_mask(other.weight))
+    nn.Linear(32, 16).load_state_dict(layer.state_dict())
+    # any leading shape, including none
+    for shape in [(32,), (5, 32), (2, 3, 4, 32)]:
+        x = torch.randn(shape)
+        y = layer(x)
+        assert y.shape == (*shape[:-1], 16)
+        assert_close_rel(y, x.double() @ (layer.weight.double() * layer.mask).T + layer.bias.double(), 1e-6)
+    # nn.init applied after construction (as GPT-2's _init_weights does): the first use sees it
+    late = SparseLinear(16, 16, mode="weight24")
+    nn.init.normal_(late.weight, std=0.02)
+    assert torch.equal(late.mask, _opt_mask(late.weight))
+
+
+def test_backend_on_cpu_says_why_once():
+    layer = SparseLinear(64, 64, mode="weight24")
+    assert layer.backend == "dense" and "CUDA" in layer.fallback_reason
+    with pytest.warns(UserWarning, match="dense fallback.*CUDA"):
+        layer(torch.randn(64, 64))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        layer(torch.randn(64, 64))  # only once per reason
+    layer.use_cusparselt = False
+    with pytest.warns(UserWarning, match="use_cusparselt is False"):
+        layer(torch.randn(64, 64))
+    assert layer.fallback_reason == "use_cusparselt is False"
+
+
+@pytest.mark.parametrize("mode", SPARSE_MODES)
+def test_cpu_autocast_bf16(mode):
+    torch.manual_seed(16)
+    layer = SparseLinear(32, 16, mode=mode, decay=0.01)
+    x, dy = _data((8, 32), 16, seed=17)
+    xr = x.clone().requires_grad_(True)
+    seed = None if layer.mvue_seed is None else int(layer.mvue_seed)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(xr)
+    assert y.dtype == torch.bfloat16
+    y.backward(dy.bfloat16())
+    assert xr.grad.dtype == torch.float32 and layer.weight.grad.dtype == torch.float32
+    assert layer.bias.grad.dtype == torch.float32
+    mask = layer.mask
+    w16 = layer.weight.detach().bfloat16().double() * mask
+    x16 = x.bfloat16().double()
+    dy16 = dy.bfloat16()
+    assert_close_rel(y, x16 @ w16.T + layer.bias.detach().bfloat16().double(), 1e-2)
+    assert_close_rel(xr.grad, dy16.double() @ w16, 1e-2)
+    g = _mvue_rows_ref(dy16.t().contiguous(), seed).double() if mode == "fst" else dy16.double().t()
+    rdw = g @ x16 + 0.01 * layer.weight.detach().double() * (~mask).double()
+    assert_close_rel(layer.weight.grad, rdw, 2e-2)
+    # the decay is added in float32 after the GEMM: exact on a zero data gradient
+    layer.weight.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        layer(x).backward(torch.zeros(8, 16, dtype=torch.bfloat16))
+    assert torch.equal(
+        layer.weight.grad, masked_decay_reference(torch.zeros(16, 32), layer.weight.detach(), mask, 0.01)
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# the graph-safe kernel entry points
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape,dim", [((8, 32), -1), ((16, 6), 0), ((2, 8, 5), 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mvue24_nocheck_equals_mvue24_and_advances_seed(shape, dim, dtype):
+    x = (torch.randn(shape, generator=torch.Generator().manual_seed(18)) * 3).to(dtype)
+    st = torch.tensor([2**40 + 5], dtype=torch.int64)
+    n = x.numel()
+    buf = torch.full((n + 16,), float("nan"), dtype=dtype)  # poisoned, with a tail
+    mbuf = torch.ones(n + 16, dtype=torch.bool)
+    out = mvue24_nocheck(x, dim, seed_tensor=st, out=buf[:n].view(shape), mask_out=mbuf[:n].view(shape))
+    ref, ref_mask = mvue24(x, dim, seed=2**40 + 5, return_mask=True)
+    assert out.data_ptr() == buf.data_ptr()
+    assert torch.equal(out, ref) and torch.equal(mbuf[:n].view(shape), ref_mask)
+    assert torch.isnan(buf[n:]).all() and mbuf[n:].all()
+    assert int(st) == 2**40 + 6
+    again = mvue24_nocheck(x, dim, seed_tensor=st)
+    assert torch.equal(again, mvue24(x, dim, seed=2**40 + 6)) and int(st) == 2**40 + 7
+    assert torch.equal(again, mvue24_reference(x, dim, u=mvue24_uniforms(2**40 + 6, n // 4, "cpu")))
+
+
+def test_mvue24_nocheck_plain_path_and_bad_metadata(plain_torch):
+    x = torch.randn(8, 16)
+    st = mvue24_seed_tensor()
+    s = int(st)
+    assert 0 <= s < 2**62
+    assert torch.equal(mvue24_nocheck(x, 0, seed_tensor=st), mvue24(x, 0, seed=s)) and int(st) == s + 1
+    with pytest.raises(TypeError, match="int64"):
+        mvue24_nocheck(x, seed_tensor=torch.zeros(1, dtype=torch.int32))
+    with pytest.raises(TypeError, match="one element"):
+        mvue24_nocheck(x, seed_tensor=torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(TypeError, match="seed_tensor"):
+        mvue24_nocheck(x, seed_tensor=3)
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        mvue24_nocheck(x, seed_tensor=st, out=torch.empty(16, 8).t())
+    with pytest.raises(TypeError, match="out has dtype"):
+        mvue24_nocheck(x, seed_tensor=st, out=torch.empty(8, 16, dtype=torch.float16))
+    with pytest.raises(ValueError, match="divisible"):
+        mvue24_nocheck(torch.randn(8, 6), seed_tensor=st)
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_masked_decay_nocheck_equals_checked(plain, monkeypatch):
+    if plain:
+        monkeypatch.setattr(md_mod, "use_triton", lambda t: False)
+    g0 = torch.Generator().manual_seed(19)
+    for dtype in (torch.float32, torch.bfloat16):
+        n = 300
+        buf = torch.full((n + 8,), float("nan"), dtype=dtype)
+        grad = buf[:n].view(20, 15)
+        grad.copy_(torch.randn(20, 15, generator=g0))
+        weight = torch.randn(20, 15, generator=g0).to(dtype)
+        mask = torch.rand(20, 15, generator=g0) < 0.5
+        expect = masked_decay_(grad.clone(), weight, mask, 0.37)
+        assert masked_decay_nocheck_(grad, weight, mask, 0.37) is grad
+        assert torch.equal(grad, expect) and torch.isnan(buf[n:]).all()
+    with pytest.raises(ValueError, match="contiguous"):
+        masked_decay_nocheck_(torch.zeros(8, 8).t(), torch.zeros(8, 8), torch.zeros(8, 8, dtype=torch.bool), 1.0)
+    with pytest.raises(TypeError, match="must match"):
+        masked_decay_nocheck_(torch.zeros(4), torch.zeros(4, dtype=torch.float16), torch.zeros(4, dtype=torch.bool), 1)
+    with pytest.raises(ValueError, match="one shape"):
+        masked_decay_nocheck_(torch.zeros(4), torch.zeros(4), torch.zeros(8, dtype=torch.bool), 1.0)
+
+
+# --------------------------------------------------------------------------------------------
+# a tiny MLP learns in every mode
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tiny_mlp_trains(mode, plain_torch):
+    torch.manual_seed(20)
+    steps = 40
+    model = nn.Sequential(
+        SparseLinear(16, 32, mode=mode, mask_interval=5, decay=6e-5),
+        nn.ReLU(),
+        SparseLinear(32, 8, mode=mode, mask_interval=5, decay=6e-5),
+    )
+    g = torch.Generator().manual_seed(21)
+    x = torch.randn(64, 16, generator=g)
+    target = torch.tanh(x @ torch.randn(16, 8, generator=g))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
+    losses = []
+    for step in range(1, steps + 1):
+        opt.zero_grad(set_to_none=True)
+        loss = F.mse_loss(model(x), target)
+        loss.backward()
+        opt.step()
+        for m in model.modules():
+            if hasattr(m, "after_optimizer_step"):
+                m.after_optimizer_step(step, steps)
+        losses.append(loss.item())
+    assert all(math.isfinite(v) for v in losses)
+    assert losses[-1] < 0.5 * losses[0], losses
+    if mode in ("fst", "weight24"):
+        assert model[0].is_dense  # the last sixth ran dense
+    if mode in SPARSE_MODES:
+        assert model[2].flip_rate is None or 0.0 <= model[2].flip_rate <= 1.0
+
+
+# --------------------------------------------------------------------------------------------
+# GPU only: cuSPARSELt path and CUDA graphs
+# --------------------------------------------------------------------------------------------
+
+gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+
+def _gpu_layer(mode, dtype=torch.bfloat16, out=256, inp=512, checks=False):
+    torch.manual_seed(22)
+    return SparseLinear(inp, out, mode=mode, decay=1e-2, checks=checks, device="cuda", dtype=dtype)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("mode", SPARSE_MODES)
+@pytest.mark.parametrize("dtype,checks", [(torch.bfloat16, False), (torch.float16, True)])
+def test_cusparselt_matches_fallback(mode, dtype, checks):
+    from kernels.sparse_gemm import cusparselt_available
+
+    if not cusparselt_available():
+        pytest.skip("torch has no cuSPARSELt")
+    layer = _gpu_layer(mode, dtype=dtype, checks=checks)
+    g = torch.Generator(device="cuda").manual_seed(23)
+    x = torch.randn(2, 64, 512, device="cuda", dtype=dtype, generator=g)
+    dy = torch.randn(2, 64, 256, device="cuda", dtype=dtype, generator=g)
+    results = {}
+    for use in (True, False):
+        layer.use_cusparselt = use
+        if layer.mvue_seed is not None:
+            layer.mvue_seed.fill_(1234)
+        layer.weight.grad = layer.bias.grad = None
+        res = _run(layer, x, dy)
+        assert layer.backend == ("cusparselt" if use else "dense"), layer.fallback_reason
+        results[use] = [t.float() for t in res]
+    for a, b in zip(results[True], results[False], strict=True):
+        assert_close_rel(a, b, 1e-2)
+    ry, rdx, rdw, rdb = _reference(layer, x.float(), dy.float(), layer.mask, None) if mode != "fst" else (None,) * 4
+    if mode != "fst":
+        assert_close_rel(results[True][0], ry, 2e-2)
+        assert_close_rel(results[True][1], rdx, 2e-2)
+        assert_close_rel(results[True][2], rdw, 2e-2)
+
+
+@pytest.mark.gpu
+@gpu
+def test_cuda_autocast_uses_cusparselt_with_fp32_master():
+    from kernels.sparse_gemm import cusparselt_available
+
+    if not cusparselt_available():
+        pytest.skip("torch has no cuSPARSELt")
+    layer = _gpu_layer("fst", dtype=torch.float32)
+    x = torch.randn(128, 512, device="cuda", requires_grad=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = layer(x)
+    assert y.dtype == torch.bfloat16 and layer.backend == "cusparselt", layer.fallback_reason
+    y.float().pow(2).mean().backward()
+    assert layer.weight.grad.dtype == torch.float32 and x.grad.dtype == torch.float32
+    assert torch.isfinite(layer.weight.grad).all() and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.gpu
+@gpu
+def test_cuda_refused_token_count_falls_back_with_same_math():
+    layer = _gpu_layer("fst", checks=True)
+    x, dy = (t.cuda().bfloat16() for t in _data((2, 50, 512), 256, seed=24))  # T = 100: not a multiple of 16
+    seed = int(layer.mvue_seed)
+    with pytest.warns(UserWarning, match="100 columns"):
+        y, dx, dw, db = _run(layer, x, dy)
+    assert layer.backend == "dense" and "100 columns" in layer.fallback_reason
+    mask = layer.mask
+    w = layer.weight.double() * mask
+    assert_close_rel(y, x.double() @ w.T + layer.bias.double(), 1e-2)
+    assert_close_rel(dx, dy.double() @ w, 1e-2)
+    dyt = dy.reshape(100, 256).t().contiguous()
+    g = mvue24(dyt, -1, seed=seed).double()  # T % 4 == 0: no padding
+    rdw = g @ x.reshape(100, 512).double() + 1e-2 * layer.weight.double() * (~mask).double()
+    assert_close_rel(dw, rdw, 1e-2)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("mode", SPARSE_MODES)
+def test_cuda_graph_capture_and_fresh_mvue_draws(mode):
+    layer = _gpu_layer(mode)
+    x = torch.randn(128, 512, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # eager warm-up: initial mask, algorithm search
+        for _ in range(2):
+            layer.weight.grad = layer.bias.grad = None
+            layer(x).backward(dy)
+    torch.cuda.current_stream().wait_stream(s)
+    layer.weight.grad = layer.bias.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = layer(x)
+        y.backward(dy)
+    grads, seeds = [], []
+    for _ in range(2):
+        seeds.append(None if layer.mvue_seed is None else int(layer.mvue_seed))
+        graph.replay()
+        torch.cuda.synchronize()
+        grads.append(layer.weight.grad.clone())
+    mask = layer.mask
+    ry, rdx, rdw, rdb = _reference(layer, x.float(), dy.float(), mask, None) if mode != "fst" else (None,) * 4
+    assert torch.isfinite(y).all() and torch.isfinite(grads[0]).all()
+    if mode == "fst":
+        assert seeds[1] == seeds[0] + 1 and int(layer.mvue_seed) == seeds[0] + 2
+        assert not torch.equal(grads[0], grads[1])  # each replay draws afresh
+        for grad, seed in zip(grads, seeds, strict=True):
+            g = mvue24(dy.t().contiguous(), -1, seed=seed).double()
+            expect = g @ x.double() + 1e-2 * layer.weight.double() * (~mask).double()
+            assert_close_rel(grad, expect, 2e-2)
+    else:
+        assert torch.equal(grads[0], grads[1])
+        assert_close_rel(grads[0], rdw, 2e-2)
+    # a new mask written outside the graph is seen by the next replay
+    if mode != "srste":
+        with torch.no_grad():
+            layer.weight.mul_(torch.rand_like(layer.weight) + 0.5)
+        layer.after_optimizer_step(layer.mask_interval, 10**6)
+        new_mask = layer.mask
+        assert not torch.equal(new_mask, mask)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref_y = x.double() @ (layer.weight.double() * new_mask).T + layer.bias.double()
+        assert_close_rel(y, ref_y, 2e-2)
