@@ -132,7 +132,7 @@ class _SparseLinearFn(torch.autograd.Function):
     the compute dtype; the master weight is cast here so dW and the decay come out in its dtype)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, mask, seed, plan):  # noqa: ANN001, ANN205 (autograd signature)
+    def forward(ctx, x, weight, bias, mask, seed, plan):
         dt = x.dtype
         x2d = x.reshape(-1, x.shape[-1]).contiguous()
         wm = torch.where(mask, weight.to(dt), 0.0)  # pruned weight, compute dtype
@@ -152,7 +152,7 @@ class _SparseLinearFn(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, dy):  # noqa: ANN001, ANN205
+    def backward(ctx, dy):
         x2d, wm, weight, mask, seed = ctx.saved_tensors
         plan: _Plan = ctx.plan
         with _no_autocast(plan.device_type):
@@ -189,6 +189,9 @@ class SparseLinear(nn.Linear):
     ``checks`` (default True) validates inputs and gradients (finite values, MVUE range) at the
     cost of host syncs; pass False, or set ``kernels.sparse_linear.FAST_PATH = True``, for timed
     or CUDA-graph-captured runs. ``use_cusparselt=False`` forces the dense fallback.
+
+    The masked decay is added to the gradient in every backward: with k micro-batches of
+    gradient accumulation per optimizer step it counts k times (pass ``decay / k``).
     """
 
     def __init__(
@@ -317,6 +320,52 @@ class SparseLinear(nn.Linear):
         if self._flip_value is None and self._flip_count is not None:
             self._flip_value = float(self._flip_count.item()) / self.weight.numel()
         return self._flip_value
+
+    @property
+    def flip_rate_tensor(self) -> torch.Tensor | None:
+        """``flip_rate`` as a 0-d float32 tensor on the weight's device, without a host sync."""
+        if self._flip_count is None:
+            return None
+        return self._flip_count.to(torch.float32) / self.weight.numel()
+
+    def sparse_state_dict(self) -> dict[str, object]:
+        """The mask-schedule state that ``state_dict`` leaves out (to stay interchangeable with
+        nn.Linear): mask in use, flip reference, MVUE seed, dense phase. Save it beside a
+        checkpoint and restore it with :meth:`load_sparse_state_dict` for an exact resume."""
+
+        def copy(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.detach().clone()
+
+        return {
+            "mode": self.mode,
+            "dense": self._dense,
+            "mask_stale": self._mask_stale,
+            "have_prev": self._have_prev,
+            "mask": copy(self._mask),
+            "flip_ref": copy(self._flip_ref),
+            "mvue_seed": copy(self.mvue_seed),
+        }
+
+    @torch.no_grad()
+    def load_sparse_state_dict(self, state: dict[str, object]) -> None:
+        """Restore :meth:`sparse_state_dict` (after ``load_state_dict``); buffers are written in
+        place, so a captured graph sees them."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict from sparse_state_dict(), got {type(state).__name__}")
+        if state.get("mode") != self.mode:
+            raise ValueError(f"state is for mode={state.get('mode')!r}, this layer has mode={self.mode!r}")
+        for name, buf in (("mask", self._mask), ("flip_ref", self._flip_ref), ("mvue_seed", self.mvue_seed)):
+            val = state.get(name)
+            if (buf is None) != (val is None):
+                raise ValueError(f"state has {name}={'None' if val is None else 'a tensor'}, this layer does not")
+            if buf is not None:
+                if not isinstance(val, torch.Tensor) or val.shape != buf.shape or val.dtype != buf.dtype:
+                    raise ValueError(f"state[{name!r}] must be a {buf.dtype} tensor of shape {tuple(buf.shape)}")
+                buf.copy_(val)
+        self._dense = bool(state["dense"])
+        self._mask_stale = bool(state["mask_stale"])
+        self._have_prev = bool(state["have_prev"])
+        self._flip_count, self._flip_value = None, None
 
     @property
     def fallback_reason(self) -> str | None:

@@ -23,6 +23,13 @@ for d in (2048, 4096):
     b = torch.randn(t, d, device=dev, dtype=bf)
     c1 = torch._cslt_compress(a)
     packed, meta, packed_t, meta_t, bitmask = torch._sparse_semi_structured_tile(a, "", False)
+    print(
+        f"d={d}: compress {tuple(c1.shape)} {c1.dtype}; tile packed {tuple(packed.shape)} {packed.dtype}"
+        f" packed_t {tuple(packed_t.shape)} numel {c1.numel()} vs {packed.numel()}",
+        flush=True,
+    )
+    packed = packed.reshape(c1.shape) if packed.numel() == c1.numel() else packed
+    packed_t = packed_t.reshape(c1.shape[0] * 0 + a.shape[1], -1) if packed_t.dim() != 2 else packed_t
     y1 = torch._cslt_sparse_mm(c1, b.t(), transpose_result=True)
     y2 = torch._cslt_sparse_mm(packed, b.t(), transpose_result=True)
     y2t = torch._cslt_sparse_mm(packed_t, torch.randn(t, f, device=dev, dtype=bf).t(), transpose_result=True)

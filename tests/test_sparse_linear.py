@@ -450,6 +450,39 @@ def test_drop_in_state_dict_and_shapes():
     assert torch.equal(late.mask, _opt_mask(late.weight))
 
 
+@pytest.mark.parametrize("mode", SPARSE_MODES)
+def test_sparse_state_round_trip_resumes_exactly(mode, plain_torch):
+    """state_dict (nn.Linear's keys) + sparse_state_dict restore the run: same masks, same MVUE draws."""
+    torch.manual_seed(25)
+    a = SparseLinear(16, 16, mode=mode, mask_interval=3)
+    x, dy = _data((8, 16), 16, seed=26)
+    opt = torch.optim.SGD(a.parameters(), lr=0.5)
+    for step in range(1, 6):
+        opt.zero_grad()
+        a(x).backward(dy)
+        opt.step()
+        a.after_optimizer_step(step, 100)
+    b = SparseLinear(16, 16, mode=mode, mask_interval=3)
+    b.load_state_dict(a.state_dict())
+    b.load_sparse_state_dict(a.sparse_state_dict())
+    assert torch.equal(b.mask, a.mask)
+    for layer in (a, b):
+        layer.weight.grad = layer.bias.grad = None
+        layer.after_optimizer_step(6, 100)  # a refresh step
+    assert torch.equal(b.mask, a.mask) and a.flip_rate == b.flip_rate
+    ra, rb = _run(a, x, dy), _run(b, x, dy)
+    for u, v in zip(ra, rb, strict=True):
+        assert torch.equal(u, v)
+    if a.flip_rate is not None:
+        assert float(a.flip_rate_tensor) == pytest.approx(a.flip_rate)
+    with pytest.raises(ValueError, match="mode"):
+        SparseLinear(16, 16, mode="dense").load_sparse_state_dict(a.sparse_state_dict())
+    bad = a.sparse_state_dict()
+    bad["mask"] = torch.ones(4, 4, dtype=torch.bool)
+    with pytest.raises(ValueError, match="shape"):
+        b.load_sparse_state_dict(bad)
+
+
 def test_backend_on_cpu_says_why_once():
     layer = SparseLinear(64, 64, mode="weight24")
     assert layer.backend == "dense" and "CUDA" in layer.fallback_reason
