@@ -93,6 +93,10 @@ class Sparse24Weight:
     def alg_id(self, x2d: torch.Tensor) -> int:
         """Best cuSPARSELt algorithm for this weight and batch size, searched once and cached."""
         key = (self.shape, x2d.shape[0], self.dtype, x2d.device.index)
+        if key not in _ALG_CACHE and self.dtype == torch.float16:
+            # on an H100 (cuSPARSELt 0.8) the search fails for fp16 with transpose_result=True and
+            # leaves the CUDA context unusable; the default algorithm works
+            _ALG_CACHE[key] = 0
         if key not in _ALG_CACHE:
             try:
                 found = torch._C._cusparselt.mm_search(self.compressed, x2d.t(), None, None, None, True)
