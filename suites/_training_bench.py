@@ -56,8 +56,9 @@ def masked_dense_twin(module: nn.Module, build_dense: Callable[[], nn.Module]) -
     current masks: the reference of the sparse module's forward and input gradient."""
     ref = build_dense().to(device=next(module.parameters()).device, dtype=torch.float32)
     state = {k: v.float() for k, v in module.state_dict().items()}
+    sparse = set(sparse_layers(module))  # once, not per module
     for name, m in module.named_modules():
-        if m in sparse_layers(module):
+        if m in sparse:
             state[f"{name}.weight"] = m.weight.float() * m.mask
     ref.load_state_dict(state, strict=True)
     return ref

@@ -24,7 +24,7 @@ from repro.models.gpt2 import CONFIGS, GPT2Config, build_gpt2
 from repro.paper import load_paper
 from repro.plots import grouped_bars, new_figure, save
 from repro.suite import RunContext
-from suites._training_bench import factory, mode_config, rel_err, sparse_layers
+from suites._training_bench import factory, masked_dense_twin, mode_config, rel_err, sparse_layers
 
 NAME = "table8"
 PAPER = "hu2024"
@@ -73,12 +73,7 @@ def _model(cfg: GPT2Config, mode: str, device: torch.device) -> torch.nn.Module:
 @torch.no_grad()
 def _check_loss(ctx: RunContext, model: torch.nn.Module, cfg: GPT2Config, tokens, targets, label: str) -> float:
     """Loss of the sparse model vs a float32 dense twin whose FFN weights carry the same masks."""
-    twin = build_gpt2(dataclasses.replace(cfg, ffn_mode="dense")).to(tokens.device)
-    state = {k: v.float() for k, v in model.state_dict().items()}
-    for name, m in model.named_modules():
-        if m in sparse_layers(model):
-            state[f"{name}.weight"] = m.weight.float() * m.mask
-    twin.load_state_dict(state)
+    twin = masked_dense_twin(model, lambda: build_gpt2(dataclasses.replace(cfg, ffn_mode="dense")))
     with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=tokens.is_cuda):
         got = F.cross_entropy(model(tokens).float().flatten(0, 1), targets.flatten())
     ref = F.cross_entropy(twin(tokens).float().flatten(0, 1), targets.flatten())
