@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels._common import check_tensor
+from kernels.cslt_pack import cslt_pack, cslt_pack_pair, layout_matches
 from kernels.nm_mask import nm_mask
 
 _ALG_CACHE: dict[tuple, int] = {}
@@ -164,17 +165,47 @@ def _search_alg(compressed: torch.Tensor, b: torch.Tensor, transpose_result: boo
     return _ALG_CACHE[key]
 
 
+def pack_operand(a: torch.Tensor, mask: torch.Tensor | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``a`` (times ``mask``; 2:4 along its rows) packed for ``torch._cslt_sparse_mm`` in ``dtype``
+    (default: a's): our one-pass packer (``kernels.cslt_pack``) where its layout was verified equal to
+    cuSPARSELt's on this device and dtype, else ``torch._cslt_compress``. No checks (graph-safe)."""
+    dt = a.dtype if dtype is None else dtype
+    if layout_matches(a.device, dt):
+        return cslt_pack(a, mask, dtype=dt, check=False)
+    a = a.to(dt)
+    return torch._cslt_compress(a if mask is None else torch.where(mask, a, 0.0))
+
+
+def pack_pair_operands(
+    w: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(packed W*M, packed (W*M)^T) for a transposable 2:4 mask, from one read of ``w`` where our
+    packer runs (see :func:`pack_operand`), else two ``torch._cslt_compress`` calls."""
+    dt = w.dtype if dtype is None else dtype
+    if layout_matches(w.device, dt):
+        return cslt_pack_pair(w, mask, dtype=dt, check=False)
+    wm = torch.where(mask, w.to(dt), 0.0)
+    return torch._cslt_compress(wm), torch._cslt_compress(wm.t().contiguous())
+
+
+def cslt_mm_packed(
+    packed: torch.Tensor, a_shape: tuple[int, int], b: torch.Tensor, *, transpose_result: bool = False
+) -> torch.Tensor:
+    """A @ B on cuSPARSELt with A [m, k] = ``a_shape`` already packed (:func:`pack_operand`),
+    B [k, n]; the algorithm is searched once per problem and cached. ``transpose_result=True``
+    returns (A @ B).T, [n, m] row-major."""
+    key = ("mm", tuple(a_shape), tuple(b.shape), b.stride(), transpose_result, b.dtype, b.device.index)
+    alg = _search_alg(packed, b, transpose_result, key)
+    return torch._cslt_sparse_mm(packed, b, transpose_result=transpose_result, alg_id=alg)
+
+
 def cslt_sparse_mm(a: torch.Tensor, b: torch.Tensor, *, transpose_result: bool = False) -> torch.Tensor:
     """A @ B on cuSPARSELt, A [m, k] row-major and 2:4 along k (its pruned dense form), B [k, n].
 
-    A is compressed on every call (in training it changes every step; the compress is part of
-    the step and can be captured in a CUDA graph); the algorithm is searched once per (shapes,
-    layout, dtype, device) and cached. ``transpose_result=True`` returns (A @ B).T, [n, m]
-    row-major. No checks and no fallback here: the caller has made sure that
-    :func:`cslt_refusal` is None and that A is 2:4 (cuSPARSELt would silently drop extra
-    nonzeros).
+    A is packed on every call (in training it changes every step; the packing is part of the
+    step and can be captured in a CUDA graph): :func:`pack_operand`. The algorithm is searched
+    once per (shapes, layout, dtype, device) and cached. ``transpose_result=True`` returns
+    (A @ B).T, [n, m] row-major. No checks and no fallback here: the caller has made sure that
+    :func:`cslt_refusal` is None and that A is 2:4.
     """
-    compressed = torch._cslt_compress(a)
-    key = ("mm", tuple(a.shape), tuple(b.shape), b.stride(), transpose_result, a.dtype, a.device.index)
-    alg = _search_alg(compressed, b, transpose_result, key)
-    return torch._cslt_sparse_mm(compressed, b, transpose_result=transpose_result, alg_id=alg)
+    return cslt_mm_packed(pack_operand(a), tuple(a.shape), b, transpose_result=transpose_result)

@@ -57,7 +57,7 @@ from kernels._common import FLOAT_DTYPES, check_tensor
 from kernels.masked_decay import masked_decay_, masked_decay_nocheck_
 from kernels.mvue import _check_output_range, mvue24_nocheck, mvue24_seed_tensor
 from kernels.mvue import _validate as _mvue_validate
-from kernels.sparse_gemm import cslt_refusal, cslt_sparse_mm
+from kernels.sparse_gemm import cslt_mm_packed, cslt_refusal, cslt_sparse_mm, pack_operand, pack_pair_operands
 from kernels.transposable import transposable_mask
 
 MODES = ("fst", "srste", "weight24", "dense")
@@ -135,35 +135,43 @@ class _SparseLinearFn(torch.autograd.Function):
     def forward(ctx, x, weight, bias, mask, seed, plan):
         dt = x.dtype
         x2d = x.reshape(-1, x.shape[-1]).contiguous()
-        wm = torch.where(mask, weight.to(dt), 0.0)  # pruned weight, compute dtype
-        if plan.cslt:
-            y = cslt_sparse_mm(wm, x2d.t(), transpose_result=True)  # [T, out]
+        wm = packed_t = None
+        if plan.cslt:  # pack W*M (and (W*M)^T for dX) in one pass over the master weight
+            w = weight.detach()
+            if plan.mode in _TRANSPOSABLE_MODES:
+                packed, packed_t = pack_pair_operands(w, mask, dt)
+            else:
+                packed = pack_operand(w, mask, dt)
+            y = cslt_mm_packed(packed, tuple(w.shape), x2d.t(), transpose_result=True)  # [T, out]
             if bias is not None:
                 y.add_(bias.to(dt))
-        elif bias is not None:
-            y = torch.addmm(bias.to(dt), x2d, wm.t())
         else:
-            y = x2d @ wm.t()
-        ctx.save_for_backward(x2d, wm, weight, mask, seed)
+            wm = torch.where(mask, weight.to(dt), 0.0)  # pruned weight, compute dtype
+            y = torch.addmm(bias.to(dt), x2d, wm.t()) if bias is not None else x2d @ wm.t()
+        ctx.save_for_backward(x2d, wm, packed_t, weight, mask, seed)
         ctx.plan = plan
+        ctx.dt = dt
         ctx.x_shape = x.shape
         ctx.bias_dtype = None if bias is None else bias.dtype
-        return y.reshape(*x.shape[:-1], wm.shape[0])
+        return y.reshape(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        x2d, wm, weight, mask, seed = ctx.saved_tensors
+        x2d, wm, packed_t, weight, mask, seed = ctx.saved_tensors
         plan: _Plan = ctx.plan
+        out_f, in_f = weight.shape
         with _no_autocast(plan.device_type):
-            dy2d = dy.reshape(-1, wm.shape[0]).to(wm.dtype).contiguous()
+            dy2d = dy.reshape(-1, out_f).to(ctx.dt).contiguous()
             if plan.checks:
                 check_tensor("grad_output", dy2d)
             dx = dw = db = None
             if ctx.needs_input_grad[0]:
-                if plan.cslt and plan.mode in _TRANSPOSABLE_MODES:  # (W*M)^T is 2:4 along out
-                    dx = cslt_sparse_mm(wm.t().contiguous(), dy2d.t(), transpose_result=True)
+                if packed_t is not None:  # (W*M)^T [in, out] is 2:4 along out, packed in the forward
+                    dx = cslt_mm_packed(packed_t, (in_f, out_f), dy2d.t(), transpose_result=True)
                 else:
+                    if wm is None:
+                        wm = torch.where(mask, weight.to(ctx.dt), 0.0)
                     dx = dy2d @ wm
                 dx = dx.reshape(ctx.x_shape)
             if ctx.needs_input_grad[1]:

@@ -1,0 +1,235 @@
+"""Pack a 2:4 operand for cuSPARSELt ourselves, instead of ``torch._cslt_compress``.
+
+Why: in 2:4 training every GEMM operand that is sparse changes every step (the weight after each
+optimizer step, the MVUE'd output gradient every backward), so it is packed every step. On an H100
+``torch._cslt_compress`` takes 0.48 ms for an 8192x2048 bf16 operand (a memory-bound job of ~50 us)
+and made 2:4 FFN training steps slower than dense (results/tuning/h100_probe_compress.txt).
+
+The layout (cuSPARSELt 0.8 through torch 2.11, 16-bit types, a row-major operand A [m, k], 2:4
+along k; read off ``_cslt_compress`` outputs with ``scripts/gpu_probe_cslt_layout.py``):
+
+* values: the two kept entries of every group of 4, row-major, ``m x k/2`` elements;
+* then metadata, 4 bits per group: ``code = i0 | i1 << 2`` (positions ``i0 < i1`` of the kept
+  entries). Rows are padded to a multiple of 64 (padding groups hold code 14). The metadata is a
+  sequence of 16-bit words in blocks of 16 rows x 32 columns (8 groups, 32 words); blocks run over
+  row blocks of 16 inside a 64-row tile, then over 32-column chunks, then over 64-row tiles. In a
+  block, word ``(r % 8) * 4 + g % 4`` holds the groups ``g`` and ``g + 4`` of rows ``r`` and
+  ``r + 8``, at nibble ``2 * (g // 4) + r // 8`` (rows r < 8 of the block, groups g < 4).
+
+Nothing guarantees that layout across cuSPARSELt versions, so before the first use on a device and
+dtype our packing is compared bit for bit with ``torch._cslt_compress`` (:func:`layout_matches`);
+if it differs, callers fall back to ``_cslt_compress`` with a warning. The Triton kernels
+(``kernels/_cslt_pack_triton.py``) write the values and the metadata in one pass, and
+:func:`cslt_pack_pair` packs ``W*M`` and ``(W*M)^T`` from one read of ``W`` (the forward and the
+input-gradient operands of a transposable 2:4 layer). :func:`cslt_pack_reference` is the same
+layout in plain PyTorch; :func:`cslt_unpack_reference` inverts it (tests; documentation).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from kernels._common import check_tensor, use_triton
+
+PACK_DTYPES = (torch.float16, torch.bfloat16)
+ROW_TILE = 64
+PAD_CODE = 14  # what cuSPARSELt writes for the padding rows' groups
+_LAYOUT_OK: dict[tuple, bool] = {}
+
+
+def packed_numel(m: int, k: int) -> int:
+    """Elements (of the 16-bit dtype) of a packed [m, k] operand: values plus metadata words."""
+    m_pad = -(-m // ROW_TILE) * ROW_TILE
+    return m * k // 2 + m_pad * k // 16
+
+
+def _packed_view(flat: torch.Tensor, m: int) -> torch.Tensor:
+    """The shape ``torch._cslt_compress`` returns: [m, numel / m] when it divides, else flat."""
+    return flat.view(m, -1) if flat.numel() % m == 0 else flat
+
+
+def _check(
+    a: object, mask: object, dtype: torch.dtype | None, name: str = "a"
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.dtype]:
+    a = check_tensor(name, a, ndim=2, finite=False)
+    m, k = a.shape
+    if m % 32 or k % 64:
+        raise ValueError(f"{name} is {m}x{k}: packing for cuSPARSELt needs rows % 32 == 0 and cols % 64 == 0")
+    out_dtype = a.dtype if dtype is None else dtype
+    if out_dtype not in PACK_DTYPES:
+        raise TypeError(f"packed dtype must be float16 or bfloat16, got {out_dtype}")
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            raise TypeError("mask must be a bool tensor")
+        mask = mask.contiguous()
+        if mask.shape != a.shape or mask.device != a.device:
+            raise ValueError(
+                f"mask {tuple(mask.shape)} on {mask.device} must match {name} {tuple(a.shape)} on {a.device}"
+            )
+    return a, mask, out_dtype
+
+
+# --------------------------------------------------------------------------------------------
+# plain-PyTorch reference
+# --------------------------------------------------------------------------------------------
+
+
+def _keep_from_values(a16: torch.Tensor) -> torch.Tensor:
+    """Kept positions when no mask is given: the nonzeros, filled up to two per group with the
+    first zero positions (their value is 0, so any choice gives the same products)."""
+    m, k = a16.shape
+    nz = (a16.view(torch.int16) & 0x7FFF) != 0  # -0.0 counts as zero
+    g = nz.reshape(m, k // 4, 4)
+    if bool((g.sum(-1) > 2).any()):
+        raise ValueError("operand is not 2:4: a group of 4 holds more than 2 nonzeros")
+    pos = torch.arange(4, device=a16.device)
+    key = (~g).long() * 4 + pos  # nonzeros first, then by position
+    rank = (key.unsqueeze(-1) > key.unsqueeze(-2)).sum(-1)
+    return (rank < 2).reshape(m, k)
+
+
+def cslt_pack_reference(
+    a: torch.Tensor, mask: torch.Tensor | None = None, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """``a`` (times ``mask``) in cuSPARSELt's packed layout, in plain PyTorch (see module doc)."""
+    a, mask, dt = _check(a, mask, dtype)
+    m, k = a.shape
+    a16 = a.to(dt)
+    keep = _keep_from_values(a16) if mask is None else mask
+    groups = keep.reshape(m, k // 4, 4)
+    if bool((groups.sum(-1) != 2).any()):
+        raise ValueError("mask is not 2:4: a group of 4 does not keep exactly 2 entries")
+    values = a16.view(torch.int16)[keep].reshape(m, k // 2)
+    pos = torch.arange(4, device=a.device)
+    i0 = torch.where(groups, pos, 4).amin(-1)
+    i1 = torch.where(groups, pos, -1).amax(-1)
+    code = (i0 | (i1 << 2)).to(torch.int32)
+    m_pad = -(-m // ROW_TILE) * ROW_TILE
+    if m_pad != m:
+        code = torch.cat([code, torch.full((m_pad - m, k // 4), PAD_CODE, dtype=torch.int32, device=a.device)])
+    # rows r = ((rt*4 + rb)*2 + h)*8 + rr, groups G = (kb*2 + gh)*4 + gq
+    c = code.reshape(m_pad // 64, 4, 2, 8, k // 32, 2, 4)
+    h = torch.arange(2, device=a.device).view(1, 1, 2, 1, 1, 1, 1)
+    gh = torch.arange(2, device=a.device).view(1, 1, 1, 1, 1, 2, 1)
+    words = (c << (4 * (2 * gh + h))).sum((2, 5))  # [rt, rb, rr, kb, gq]
+    words = words.permute(0, 3, 1, 2, 4).reshape(-1)  # blocks over rb, then kb, then rt
+    words = torch.where(words >= 1 << 15, words - (1 << 16), words).to(torch.int16)
+    flat = torch.cat([values.reshape(-1), words]).view(dt)
+    return _packed_view(flat, m)
+
+
+def cslt_unpack_reference(packed: torch.Tensor, m: int, k: int) -> torch.Tensor:
+    """The dense [m, k] operand that a packed tensor stands for (inverse of the layout)."""
+    flat = packed.reshape(-1).view(torch.int16)
+    if flat.numel() != packed_numel(m, k):
+        raise ValueError(f"packed tensor has {flat.numel()} elements; an {m}x{k} operand packs to {packed_numel(m, k)}")
+    values = flat[: m * k // 2].reshape(m, k // 4, 2)
+    m_pad = -(-m // ROW_TILE) * ROW_TILE
+    words = flat[m * k // 2 :].to(torch.int32) & 0xFFFF
+    words = words.reshape(m_pad // 64, k // 32, 4, 8, 4).permute(0, 2, 3, 1, 4)  # [rt, rb, rr, kb, gq]
+    h = torch.arange(2, device=flat.device).view(1, 1, 2, 1, 1, 1, 1)
+    gh = torch.arange(2, device=flat.device).view(1, 1, 1, 1, 1, 2, 1)
+    code = (words.reshape(m_pad // 64, 4, 1, 8, k // 32, 1, 4) >> (4 * (2 * gh + h))) & 0xF
+    code = code.reshape(m_pad, k // 4)[:m]
+    dense = torch.zeros(m, k // 4, 4, dtype=torch.int16, device=flat.device)
+    dense.scatter_(-1, (code & 3).long().unsqueeze(-1), values[..., :1])
+    dense.scatter_(-1, (code >> 2).long().unsqueeze(-1), values[..., 1:])
+    return dense.reshape(m, k).view(packed.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# public entry points
+# --------------------------------------------------------------------------------------------
+
+
+def _raise_if_bad(err: torch.Tensor | None) -> None:
+    if err is not None and int(err.item()):
+        raise ValueError(f"operand is not 2:4: {int(err.item())} group(s) of 4 do not keep exactly 2 entries")
+
+
+def cslt_pack(
+    a: torch.Tensor, mask: torch.Tensor | None = None, *, dtype: torch.dtype | None = None, check: bool = True
+) -> torch.Tensor:
+    """Pack ``a`` [m, k] (times ``mask``; 2:4 along k) for ``torch._cslt_sparse_mm``, cast to
+    ``dtype`` (default: a's, fp16/bf16). Without a mask the nonzeros of ``a`` are kept (at most 2
+    per group of 4). ``check=True`` syncs once to raise when the operand is not 2:4; ``False``
+    skips that (graph capture; the caller guarantees the pattern)."""
+    a, mask, dt = _check(a, mask, dtype)
+    if not use_triton(a):
+        return cslt_pack_reference(a, mask, dt)
+    from kernels._cslt_pack_triton import pack_into
+
+    m, k = a.shape
+    out = torch.empty(packed_numel(m, k), dtype=dt, device=a.device)
+    err = torch.zeros(1, dtype=torch.int32, device=a.device) if check else None
+    pack_into(a.contiguous(), mask, out, None, err)
+    _raise_if_bad(err)
+    return _packed_view(out, m)
+
+
+def cslt_pack_pair(
+    w: torch.Tensor, mask: torch.Tensor, *, dtype: torch.dtype | None = None, check: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(pack(W*M), pack((W*M)^T)) from one read of ``w`` [r, c]: the operands of the forward and
+    input-gradient GEMMs of a layer whose mask is 2:4 along both axes (transposable). Needs
+    r % 64 == 0 and c % 64 == 0."""
+    w, mask, dt = _check(w, mask, dtype, "w")
+    if mask is None:
+        raise TypeError("cslt_pack_pair needs the transposable mask")
+    r, c = w.shape
+    if r % 64:
+        raise ValueError(f"w is {r}x{c}: the pair packing needs rows % 64 == 0 (its transpose is packed too)")
+    if not use_triton(w):
+        return cslt_pack_reference(w, mask, dt), cslt_pack_reference(w.t(), mask.t(), dt)
+    from kernels._cslt_pack_triton import pack_into
+
+    out = torch.empty(packed_numel(r, c), dtype=dt, device=w.device)
+    out_t = torch.empty(packed_numel(c, r), dtype=dt, device=w.device)
+    err = torch.zeros(1, dtype=torch.int32, device=w.device) if check else None
+    pack_into(w.contiguous(), mask, out, out_t, err)
+    _raise_if_bad(err)
+    return _packed_view(out, r), _packed_view(out_t, c)
+
+
+def layout_matches(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether our packing equals ``torch._cslt_compress`` bit for bit on this device and dtype
+    (checked once per (device, dtype) on random 2:4 operands, one of them with padded rows; then
+    cached). False (with a warning) where cuSPARSELt's layout differs: callers then compress with
+    torch. Never checks while a CUDA graph is being captured (returns False, not cached)."""
+    key = (str(device), dtype)
+    if key in _LAYOUT_OK:
+        return _LAYOUT_OK[key]
+    if torch.cuda.is_current_stream_capturing():
+        return False
+    ok = True
+    g = torch.Generator(device=device).manual_seed(0)
+    for m, k in ((128, 256), (96, 128)):
+        a = torch.randn(m, k, device=device, generator=g).to(dtype)
+        idx = torch.rand(m, k // 4, 4, device=device, generator=g).topk(2, -1).indices
+        mask = torch.zeros(m, k // 4, 4, dtype=torch.bool, device=device).scatter_(-1, idx, True).reshape(m, k)
+        a = torch.where(mask, torch.where(a == 0, 1.0, a), 0.0).to(dtype)  # kept entries nonzero
+        theirs = torch._cslt_compress(a)
+        ours = cslt_pack(a, mask)
+        if theirs.shape != ours.shape or not torch.equal(theirs.view(torch.int16), ours.view(torch.int16)):
+            ok = False
+    if not ok:
+        warnings.warn(
+            f"cuSPARSELt's packed layout on {device} ({dtype}) differs from kernels.cslt_pack's; "
+            "compressing with torch._cslt_compress instead (slower)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    _LAYOUT_OK[key] = ok
+    return ok
+
+
+__all__ = [
+    "cslt_pack",
+    "cslt_pack_pair",
+    "cslt_pack_reference",
+    "cslt_unpack_reference",
+    "layout_matches",
+    "packed_numel",
+]

@@ -1,0 +1,149 @@
+"""kernels.cslt_pack: our cuSPARSELt packing vs outputs of torch._cslt_compress recorded on an H100
+(fixture), the Triton kernel (interpreter) vs the plain-PyTorch reference, bad input, and on a GPU
+bit-equality with torch._cslt_compress plus GEMM products."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels.cslt_pack import (
+    cslt_pack,
+    cslt_pack_pair,
+    cslt_pack_reference,
+    cslt_unpack_reference,
+    layout_matches,
+    packed_numel,
+)
+from kernels.transposable import transposable_mask
+from tests.helpers import rel_err
+
+FIXTURE = Path(__file__).parent / "fixtures" / "cslt_layout_h100.pt"
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+CUDA = torch.cuda.is_available()
+
+
+def rand24(m: int, k: int, gen: torch.Generator, device: str = "cpu") -> torch.Tensor:
+    idx = torch.rand(m, k // 4, 4, generator=gen).topk(2, -1).indices
+    mask = torch.zeros(m, k // 4, 4, dtype=torch.bool).scatter_(-1, idx, True)
+    return mask.reshape(m, k).to(device)
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1).view(torch.int16)
+
+
+def _fixture_cases() -> list[dict]:
+    return torch.load(FIXTURE, weights_only=False)["cases"]
+
+
+@pytest.mark.parametrize("idx", range(6))
+def test_reference_equals_recorded_cusparselt(idx):
+    """The layout we write equals what cuSPARSELt 0.8 wrote on an H100 (index-coded values, so a
+    value or metadata nibble in the wrong place cannot pass)."""
+    data = torch.load(FIXTURE, weights_only=False)
+    c = data["cases"][idx]
+    m, k = c["m"], c["k"]
+    dt = torch.bfloat16 if "bfloat16" in c["dtype"] else torch.float16
+    code = torch.arange(m).view(m, 1).expand(m, k) if c["code"] == "row" else torch.arange(k).view(1, k).expand(m, k)
+    dense = torch.where(c["mask"], (data["offset"] + code).to(torch.int16), torch.zeros((), dtype=torch.int16))
+    a = dense.view(dt)
+    for mask in (c["mask"], None):
+        ours = cslt_pack_reference(a, mask)
+        assert ours.shape == c["compressed_bits"].shape
+        assert torch.equal(bits(ours), c["compressed_bits"].reshape(-1))
+        assert torch.equal(bits(cslt_pack(a, mask)), c["compressed_bits"].reshape(-1))  # Triton (interpreter)
+    assert torch.equal(cslt_unpack_reference(c["compressed_bits"].view(dt), m, k).view(torch.int16), dense)
+
+
+@pytest.mark.parametrize("dname", ["bf16", "fp16"])
+@pytest.mark.parametrize("shape", [(64, 64), (96, 128), (32, 192), (128, 256)])
+def test_kernel_matches_reference(dname, shape):
+    dt = DTYPES[dname]
+    gen = torch.Generator().manual_seed(hash(shape) % 1000)
+    m, k = shape
+    a = torch.randn(m, k, generator=gen).to(dt)
+    mask = rand24(m, k, gen)
+    ref = cslt_pack_reference(a, mask)
+    assert torch.equal(bits(cslt_pack(a, mask)), bits(ref))
+    # already-pruned operand, no mask: the nonzeros are kept (some groups with fewer than two)
+    am = a * mask
+    am[0, :8] = 0
+    assert torch.equal(bits(cslt_pack(am)), bits(cslt_pack_reference(am)))
+    assert torch.equal(cslt_unpack_reference(cslt_pack(am), m, k), am)
+    # fp32 source rounded in the kernel exactly as torch rounds (bf16 by hand in the interpreter)
+    a32 = torch.randn(m, k, generator=gen)
+    assert torch.equal(bits(cslt_pack(a32, mask, dtype=dt)), bits(cslt_pack_reference(a32.to(dt), mask)))
+
+
+def test_every_element_written():
+    """Outputs poisoned before the launch: every value and metadata word is overwritten."""
+    from kernels._cslt_pack_triton import pack_into
+
+    gen = torch.Generator().manual_seed(3)
+    m, k = 96, 128
+    a = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    mask = rand24(m, k, gen)
+    out = torch.full((packed_numel(m, k),), 0x7FC1, dtype=torch.int16).view(torch.bfloat16)
+    pack_into(a, mask, out, None, None)
+    assert torch.equal(bits(out), bits(cslt_pack_reference(a, mask)))
+
+
+@pytest.mark.parametrize("dname", ["bf16", "fp16"])
+def test_pair_packs_weight_and_transpose(dname):
+    dt = DTYPES[dname]
+    gen = torch.Generator().manual_seed(5)
+    w = torch.randn(128, 192, generator=gen)
+    mask = transposable_mask(w)
+    p, pt = cslt_pack_pair(w, mask, dtype=dt)  # fp32 master weight, packed in dt
+    wm = (w * mask).to(dt)
+    assert torch.equal(bits(p), bits(cslt_pack_reference(wm, mask)))
+    assert torch.equal(bits(pt), bits(cslt_pack_reference(wm.t().contiguous(), mask.t().contiguous())))
+    assert torch.equal(cslt_unpack_reference(pt, 192, 128), wm.t())
+
+
+def test_bad_input_raises():
+    gen = torch.Generator().manual_seed(7)
+    a = torch.randn(64, 64, generator=gen).to(torch.bfloat16)
+    mask = rand24(64, 64, gen)
+    with pytest.raises(ValueError, match="rows % 32"):
+        cslt_pack(torch.zeros(48, 64, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="cols % 64"):
+        cslt_pack(torch.zeros(64, 32, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        cslt_pack(a.float())
+    with pytest.raises(TypeError, match="bool"):
+        cslt_pack(a, mask.to(torch.uint8))
+    with pytest.raises(ValueError, match="must match"):
+        cslt_pack(a, mask[:32])
+    bad = mask.clone()
+    bad[3, :4] = True  # 4 kept in one group
+    with pytest.raises(ValueError, match="not 2:4"):
+        cslt_pack(a, bad)
+    with pytest.raises(ValueError, match="not 2:4"):
+        cslt_pack(a)  # dense: more than 2 nonzeros per group
+    with pytest.raises(ValueError, match="not 2:4"):
+        cslt_pack_reference(a)
+    with pytest.raises(ValueError, match="rows % 64"):
+        cslt_pack_pair(torch.zeros(96, 64), torch.zeros(96, 64, dtype=torch.bool), dtype=torch.bfloat16)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dname", ["bf16", "fp16"])
+def test_gpu_equals_cslt_compress_and_products(dname):
+    dt = DTYPES[dname]
+    dev = "cuda"
+    assert layout_matches(torch.device(dev), dt)
+    gen = torch.Generator().manual_seed(11)
+    for m, k in ((2048, 512), (96, 256)):
+        a = torch.randn(m, k, generator=gen).to(dt).to(dev)
+        mask = rand24(m, k, gen, dev)
+        am = a * mask
+        theirs = torch._cslt_compress(am)
+        ours = cslt_pack(a, mask)
+        assert ours.shape == theirs.shape and torch.equal(bits(ours), bits(theirs))
+        b = torch.randn(k, 128, generator=gen).to(dt).to(dev)
+        y = torch._cslt_sparse_mm(ours, b)
+        assert rel_err(y, am.double() @ b.double()) < 1e-2
