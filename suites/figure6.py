@@ -1,7 +1,8 @@
 """Hu et al. 2024, Figure 6: acceleration ratio S = dense time / sparse time of forward + backward
 of (a) one GPT-2 FFN (n = 2048 tokens per sequence, d varied, d_ff = 4d) and (b-d) one transformer
 block (n = 2048, 1024, 512), against batch size N and embedding size d; plus a per-component
-breakdown of the ``fst`` FFN (GEMMs, compress, prune, MVUE, activation, masked decay, the rest).
+breakdown of the ``fst`` FFN (GEMMs, operand packing, MVUE, activation, masked decay; torch's
+``_cslt_compress`` of the same operands beside our packer, for comparison).
 
 Every call is captured in a CUDA graph and its replays timed (the cuSPARSELt host overhead of
 0.6-1 ms per call would otherwise hide the device-time gain; the dense baseline is captured the
@@ -102,19 +103,18 @@ def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
     """Device time of each part of the fst FFN's fwd+bwd, timed on its own (graph replays)."""
     from kernels.masked_decay import masked_decay_nocheck_
     from kernels.mvue import mvue24_nocheck, mvue24_seed_tensor
-    from kernels.sparse_gemm import cslt_refusal, cslt_sparse_mm
+    from kernels.sparse_gemm import cslt_mm_packed, cslt_refusal, pack_operand, pack_pair_operands
 
     dev, bf = ctx.device, torch.bfloat16
     t_tok, f = batch * n, 4 * d
     if cslt_refusal(f, d, t_tok, bf, dev) is not None:
         return
     g = torch.Generator(device=dev).manual_seed(2)
-    w1 = torch.randn(f, d, device=dev, dtype=bf, generator=g)
-    w2 = torch.randn(d, f, device=dev, dtype=bf, generator=g)
+    w1 = torch.randn(f, d, device=dev, generator=g)  # float32 master weights, as in training
+    w2 = torch.randn(d, f, device=dev, generator=g)
     from kernels.transposable import transposable_mask
 
     m1, m2 = transposable_mask(w1), transposable_mask(w2)
-    p1, p2 = w1 * m1, w2 * m2
     x = torch.randn(t_tok, d, device=dev, dtype=bf, generator=g)
     h = torch.randn(t_tok, f, device=dev, dtype=bf, generator=g)
     dy = torch.randn(t_tok, d, device=dev, dtype=bf, generator=g)
@@ -122,28 +122,33 @@ def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
     seed = mvue24_seed_tensor(dev)
     dyt = mvue24_nocheck(dy.t().contiguous(), seed_tensor=seed)  # [d, T] 2:4 along T
     dht = mvue24_nocheck(dh.t().contiguous(), seed_tensor=seed)
-    p1t, p2t = p1.t().contiguous(), p2.t().contiguous()
-    gemms = [  # fwd fc, fwd proj, dX proj, dX fc, dW proj, dW fc
-        partial(cslt_sparse_mm, p1, x.t(), transpose_result=True),
-        partial(cslt_sparse_mm, p2, h.t(), transpose_result=True),
-        partial(cslt_sparse_mm, p2t, dy.t(), transpose_result=True),
-        partial(cslt_sparse_mm, p1t, dh.t(), transpose_result=True),
-        partial(cslt_sparse_mm, dyt, h),
-        partial(cslt_sparse_mm, dht, x),
+    (q1, q1t), (q2, q2t) = pack_pair_operands(w1, m1, bf), pack_pair_operands(w2, m2, bf)
+    qy, qh = pack_operand(dyt), pack_operand(dht)
+    gemms = [  # fwd fc, fwd proj, dX proj, dX fc, dW proj, dW fc (operands packed already)
+        partial(cslt_mm_packed, q1, (f, d), x.t(), transpose_result=True),
+        partial(cslt_mm_packed, q2, (d, f), h.t(), transpose_result=True),
+        partial(cslt_mm_packed, q2t, (f, d), dy.t(), transpose_result=True),
+        partial(cslt_mm_packed, q1t, (d, f), dh.t(), transpose_result=True),
+        partial(cslt_mm_packed, qy, (d, t_tok), h),
+        partial(cslt_mm_packed, qh, (f, t_tok), x),
     ]
+    w1b, w2b = w1.to(bf), w2.to(bf)
     dense = [
-        partial(torch.matmul, x, w1.t()),
-        partial(torch.matmul, h, w2.t()),
-        partial(torch.matmul, dy, w2),
-        partial(torch.matmul, dh, w1),
+        partial(torch.matmul, x, w1b.t()),
+        partial(torch.matmul, h, w2b.t()),
+        partial(torch.matmul, dy, w2b),
+        partial(torch.matmul, dh, w1b),
         partial(torch.matmul, dy.t(), h),
         partial(torch.matmul, dh.t(), x),
     ]
+    p1, p2 = (w1 * m1).to(bf), (w2 * m2).to(bf)
+    p1t, p2t = p1.t().contiguous(), p2.t().contiguous()
     gw1, gw2 = torch.zeros_like(w1), torch.zeros_like(w2)
     parts = {
-        "sparse_gemms_incl_compress": lambda: [fn() for fn in gemms],
-        "compress": lambda: [torch._cslt_compress(a) for a in (p1, p2, p1t, p2t, dyt, dht)],
-        "prune_and_transpose": lambda: (w1 * m1, w2 * m2, (w1 * m1).t().contiguous(), (w2 * m2).t().contiguous()),
+        "sparse_gemms": lambda: [fn() for fn in gemms],
+        "pack_weights": lambda: (pack_pair_operands(w1, m1, bf), pack_pair_operands(w2, m2, bf)),
+        "pack_grads": lambda: (pack_operand(dyt), pack_operand(dht)),
+        "torch_cslt_compress_same_operands": lambda: [torch._cslt_compress(a) for a in (p1, p2, p1t, p2t, dyt, dht)],
         "mvue": lambda: (
             mvue24_nocheck(dy.t().contiguous(), seed_tensor=seed),
             mvue24_nocheck(dh.t().contiguous(), seed_tensor=seed),
