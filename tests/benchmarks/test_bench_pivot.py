@@ -1,0 +1,56 @@
+"""Exact pivot of 16-bit weights (``pivot_and_tie_16bit``, the Triton two-pass histogram select) on
+the 7 bf16 weights of one MAP-NEO 460M block and on a Llama-2 13B FFN weight 13824x5120, density
+0.5; plus ``find_pivot`` ("exact", "radix") at 13824x5120. Pivot and tie share are checked equal
+to ``pivot_and_tie_16bit_reference`` and the pivot to ``find_pivot(method="exact")`` before they
+are timed. GB/s counts the kernel's two reads of the weights (for the block, the call's copy of
+the 7 tensors into one before the passes is not counted)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.pivot import find_pivot, pivot_and_tie_16bit, pivot_and_tie_16bit_reference
+from repro.models.llama import CONFIGS, block_linear_shapes
+from tests.benchmarks import DEVICE, paper_params, run_benchmark
+
+DENSITY = 0.5  # as suites/figure3.py
+BLOCK_460M = [(o, i) for _, o, i in block_linear_shapes(CONFIGS["map-neo-460m"])]  # 1024x1024 x4, ...
+BLOCK_TINY = [(32, 32)] * 4 + [(96, 32)] * 2 + [(32, 96)]  # same layout, hidden 32, FFN 96
+FFN_13B, FFN_TINY = [(13824, 5120)], [(64, 128)]
+CASES = [("map-neo-460m-block-bf16", BLOCK_460M, BLOCK_TINY), ("13824x5120-bf16", FFN_13B, FFN_TINY)]
+FIND_CASES = [(f"13824x5120-bf16-{m}", (*FFN_13B[0], m), (*FFN_TINY[0], m)) for m in ("exact", "radix")]
+
+
+def _weights(shapes: list[tuple[int, int]]) -> list[torch.Tensor]:
+    """bf16 weights of std 0.02 (as suites/figure3.py: many ties at the pivot)."""
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    return [(0.02 * torch.randn(o, i, device=DEVICE, generator=gen)).to(torch.bfloat16) for o, i in shapes]
+
+
+@pytest.mark.parametrize("shapes", paper_params(CASES))
+def test_pivot_and_tie_16bit(benchmark, shapes, copy_gbps):
+    ws = _weights(shapes)
+    fn = lambda: pivot_and_tie_16bit(ws, DENSITY)  # noqa: E731
+
+    pivot, tie = fn()
+    assert (pivot, tie) == pivot_and_tie_16bit_reference(ws, DENSITY), "kernel differs from the bincount reference"
+    assert pivot == find_pivot(ws, DENSITY, method="exact"), "pivot differs from find_pivot(method='exact')"
+    assert 0.0 < tie <= 1.0, f"tie share {tie} out of (0, 1]"
+
+    nbytes = 2 * sum(w.numel() * w.element_size() for w in ws)  # two passes, each reads every weight
+    assert run_benchmark(benchmark, fn, nbytes=nbytes, copy_gbps=copy_gbps) == (pivot, tie)
+
+
+@pytest.mark.parametrize("case", paper_params(FIND_CASES))
+def test_find_pivot(benchmark, case):
+    r, c, method = case
+    (w,) = _weights([(r, c)])
+    fn = lambda: find_pivot(w, DENSITY, method=method)  # noqa: E731
+
+    pivot = fn()
+    ref, _ = pivot_and_tie_16bit_reference(w, DENSITY)
+    assert pivot == ref, f"{method} pivot {pivot} != reference {ref}"
+
+    # no GB/s: the methods' traffic (float32 |w| temporaries, compactions) is not one read
+    assert run_benchmark(benchmark, fn) == pivot
