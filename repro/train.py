@@ -12,8 +12,9 @@ are always fp32), and:
   waits for the device; ``perf_counter`` on a CPU), tokens_per_s, flip_rate (mean of the
   ``flip_rate`` attributes that are not None, empty when there are none);
 - writes an atomic checkpoint (model, optimizer, scheduler, grad scaler, step, RNG states, model
-  config, training hyperparameters) every ``checkpoint_every`` steps and at the end;
-  ``resume=True`` continues from it with the same results as an uninterrupted run;
+  config, training hyperparameters, and the ``sparse_state_dict()`` of every module that has one,
+  keyed by module name) every ``checkpoint_every`` steps and at the end; ``resume=True`` continues
+  from it with the same results as an uninterrupted run (bit for bit on the same device);
 - prints a progress line (step/steps, loss, ms/step, ETA) to stderr every few seconds.
 
 Data: a callable ``data(step) -> (x, y)`` (``synthetic_batches``, ``token_file_batches``: the batch
@@ -311,6 +312,45 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     return ckpt
 
 
+def _sparse_modules(model: nn.Module) -> dict[str, nn.Module]:
+    """Modules (by name) with state outside ``state_dict`` that an exact resume needs: those with
+    ``sparse_state_dict`` / ``load_sparse_state_dict`` (SparseLinear: mask in use, flip reference,
+    MVUE seed, dense phase; all non-persistent, so ``state_dict`` alone cannot restore them)."""
+    return {
+        name: m
+        for name, m in model.named_modules()
+        if callable(getattr(m, "sparse_state_dict", None)) and callable(getattr(m, "load_sparse_state_dict", None))
+    }
+
+
+def _check_sparse_state(modules: dict[str, nn.Module], saved: object, path: Path) -> dict[str, dict]:
+    """The checkpoint's sparse states, refused (before anything is loaded) unless they cover exactly
+    the model's sparse layers with the same modes: a partial restore would resume inexactly."""
+    if saved is None:  # a checkpoint written before sparse state was saved
+        if modules:
+            raise ValueError(
+                f"cannot resume {path} exactly: it holds no sparse-layer state (masks, MVUE seeds, dense "
+                f"phase) but the model has sparse layers {sorted(modules)}; restart the run"
+            )
+        return {}
+    if not isinstance(saved, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in saved.items()):
+        raise ValueError(f"{path}: 'sparse' must map module names to sparse_state_dict() dicts")
+    missing, extra = sorted(set(modules) - set(saved)), sorted(set(saved) - set(modules))
+    if missing or extra:
+        raise ValueError(
+            f"cannot resume {path}: its sparse layers do not match the model's "
+            f"(in the model only: {missing or 'none'}; in the checkpoint only: {extra or 'none'})"
+        )
+    for name, m in modules.items():
+        mode = getattr(m, "mode", None)
+        if mode is not None and saved[name].get("mode") != mode:
+            raise ValueError(
+                f"cannot resume {path}: sparse layer {name!r} has mode={mode!r}, "
+                f"the checkpoint's has mode={saved[name].get('mode')!r}"
+            )
+    return saved
+
+
 def _truncate_log(path: Path, last_step: int) -> None:
     """Keep the complete rows with step <= last_step (rewritten atomically); drop torn or later rows."""
     if not path.exists() or path.stat().st_size == 0:
@@ -536,6 +576,7 @@ def train(
     hook_modules = [m for m in model.modules() if callable(getattr(m, "after_optimizer_step", None))]
     hook_ids = {id(m) for m in hook_modules}
     flip_modules = [m for m in model.modules() if hasattr(m, "flip_rate") or id(m) in hook_ids]
+    sparse_modules = _sparse_modules(model)
     hparams = {
         "steps": steps,
         "lr": float(lr),
@@ -564,7 +605,15 @@ def train(
         if bad:
             diffs = ", ".join(f"{k}: checkpoint {saved[k]!r} vs now {hparams[k]!r}" for k in bad)
             raise ValueError(f"cannot resume {ckpt_path} with a different schedule ({diffs})")
-        model.load_state_dict(ckpt["model"])
+        sparse = _check_sparse_state(sparse_modules, ckpt.get("sparse"), ckpt_path)
+        model.load_state_dict(ckpt["model"])  # SparseLinear recomputes masks from the weights here...
+        for name, m in sparse_modules.items():  # ...so its saved state goes in after
+            try:
+                m.load_sparse_state_dict(sparse[name])
+            except KeyError as e:
+                raise ValueError(f"cannot resume {ckpt_path}: sparse layer {name!r}: saved state lacks {e}") from e
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"cannot resume {ckpt_path}: sparse layer {name!r}: {e}") from e
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         if scaler is not None and ckpt.get("scaler"):
@@ -580,6 +629,7 @@ def train(
             "format": CHECKPOINT_FORMAT,
             "step": step,
             "model": model.state_dict(),
+            "sparse": {name: m.sparse_state_dict() for name, m in sparse_modules.items()},
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "scaler": scaler.state_dict() if scaler is not None else None,

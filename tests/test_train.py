@@ -341,3 +341,70 @@ def test_sparse_ffn_training_protocol(tmp_path, mode):
     assert all(0.0 <= float(f) <= 1.0 for f in flips if f != "")
     if mode == "fst":  # default dense_fraction 1/6: the last step switches the layers to dense
         assert all(x.is_dense for x in lin)
+
+
+SPARSE_CFG = dataclasses.replace(TINY, d_model=32, n_head=2, n_layer=1, seq_len=16)  # small: masks run interpreted
+
+
+def _sparse_run(ckpt: Path | None, model_seed: int = 0, **kw):
+    """fc layers fst, proj layers weight24; mask refresh every 2 steps, dense after step 4 of 6."""
+    from kernels.sparse_linear import SparseLinear
+
+    def make(i: int, o: int, bias: bool = True) -> nn.Module:
+        mode = "fst" if o > i else "weight24"
+        return SparseLinear(i, o, bias, mode=mode, mask_interval=2, dense_fraction=1 / 3)
+
+    torch.manual_seed(model_seed)  # also draws the MVUE seeds: a resume must not depend on it
+    model = build_gpt2(SPARSE_CFG, linear_factory=make)
+    data = synthetic_batches(SPARSE_CFG.vocab_size, 2, 16, seed=11)
+    res = train(model, data, steps=6, lr=3e-3, warmup=1, checkpoint_dir=ckpt, progress=False, **kw)
+    return res, model
+
+
+def test_sparse_resume_is_exact(tmp_path):
+    """Checkpoint at step 3 (mask from step 2, not the current weights' mask) and at step 5 (dense
+    phase); a resumed run in a model built from another seed must match the straight run bit for bit."""
+    pytest.importorskip("kernels.sparse_linear")
+    straight, ref = _sparse_run(None, log_csv=tmp_path / "straight.csv")
+    assert {x.mode for x in ffn_linears(ref)} == {"fst", "weight24"} and all(x.is_dense for x in ffn_linears(ref))
+    ref_flips = [r["flip_rate"] for r in read_log(tmp_path / "straight.csv")]
+    assert all(f != "" for f in ref_flips[:3])  # flip tracking in the sparse steps: its state must resume too
+    names = sorted(n for n, m in ref.named_modules() if hasattr(m, "sparse_state_dict"))
+    for stop_at in (3, 5):
+        run = tmp_path / f"stop{stop_at}"
+        log = run / "log.csv"
+        first, _ = _sparse_run(run, stop_at=stop_at, log_csv=log)
+        ckpt = load_checkpoint(run)
+        assert sorted(ckpt["sparse"]) == names
+        assert all(s["dense"] == (stop_at >= 4) for s in ckpt["sparse"].values())
+        second, model = _sparse_run(run, model_seed=99, resume=True, log_csv=log)  # other weights, MVUE seeds
+        assert second.start_step == stop_at and second.finished
+        assert first.losses + second.losses == straight.losses, stop_at
+        assert [r["flip_rate"] for r in read_log(log)] == ref_flips, stop_at
+        got, want = model.state_dict(), ref.state_dict()
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), stop_at
+        for a, b in zip(ffn_linears(model), ffn_linears(ref), strict=True):
+            sa, sb = a.sparse_state_dict(), b.sparse_state_dict()
+            assert sa.keys() == sb.keys()
+            for k in sa:
+                assert torch.equal(sa[k], sb[k]) if isinstance(sa[k], torch.Tensor) else sa[k] == sb[k], (stop_at, k)
+
+
+def test_sparse_resume_refuses_mismatched_layers(tmp_path):
+    pytest.importorskip("kernels.sparse_linear")
+    _sparse_run(tmp_path, stop_at=1)
+    data = synthetic_batches(SPARSE_CFG.vocab_size, 2, 16, seed=11)
+    kw = dict(steps=6, lr=3e-3, warmup=1, checkpoint_dir=tmp_path, resume=True, progress=False)
+    # same parameters (load_state_dict alone would accept them), but no sparse layers
+    with pytest.raises(ValueError, match="do not match.*in the checkpoint only: \\['h\\.0\\.mlp"):
+        train(build_gpt2(SPARSE_CFG), data, **kw)
+    # sparse layers of another mode
+    with pytest.raises(ValueError, match="mode='srste'.*mode='fst'"):
+        train(build_gpt2(dataclasses.replace(SPARSE_CFG, ffn_mode="srste")), data, **kw)
+    # a checkpoint without sparse state (as written before it was saved) for a sparse model
+    path = tmp_path / CHECKPOINT_NAME
+    old = torch.load(path, weights_only=True)
+    del old["sparse"]
+    torch.save(old, path)
+    with pytest.raises(ValueError, match="no sparse-layer state"):
+        _sparse_run(tmp_path, resume=True)
