@@ -130,6 +130,7 @@ def test_bad_input_raises():
         cslt_pack_pair(torch.zeros(96, 64), torch.zeros(96, 64, dtype=torch.bool), dtype=torch.bfloat16)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dname", ["bf16", "fp16"])
 def test_gpu_equals_cslt_compress_and_products(dname):

@@ -169,6 +169,7 @@ def test_non_contiguous_or_tracked_grad_refused():
     assert torch.equal(ref, masked_decay_reference(g_t.contiguous(), weight.t(), mask.t(), 0.5))
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_device_mismatch():
     grad, weight, mask = _inputs((8, 8), torch.float32, seed=11)

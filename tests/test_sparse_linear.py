@@ -637,7 +637,10 @@ def test_tiny_mlp_trains(mode, plain_torch):
 # GPU only: cuSPARSELt path and CUDA graphs
 # --------------------------------------------------------------------------------------------
 
-gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+def gpu(fn):  # noqa: ANN001, ANN201 (a decorator)
+    """GPU-only test: marked ``gpu`` (the campaign selects them with ``-m gpu``), skipped elsewhere."""
+    return pytest.mark.gpu(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")(fn))
 
 
 def _gpu_layer(mode, dtype=torch.bfloat16, out=256, inp=512, checks=False):
