@@ -45,9 +45,15 @@ def packed_numel(m: int, k: int) -> int:
     return m * k // 2 + m_pad * k // 16
 
 
+def packed_alloc(m: int, k: int) -> int:
+    """Elements to allocate: ``torch._cslt_sparse_mm`` wants a 2-D [m, cols] operand, and
+    ``torch._cslt_compress`` rounds the packed size up to whole rows (the slack is never read)."""
+    return m * -(-packed_numel(m, k) // m)
+
+
 def _packed_view(flat: torch.Tensor, m: int) -> torch.Tensor:
-    """The shape ``torch._cslt_compress`` returns: [m, numel / m] when it divides, else flat."""
-    return flat.view(m, -1) if flat.numel() % m == 0 else flat
+    """The shape ``torch._cslt_compress`` returns: [m, ceil(packed_numel / m)]."""
+    return flat.view(m, -1)
 
 
 def _check(
@@ -116,15 +122,17 @@ def cslt_pack_reference(
     words = (c << (4 * (2 * gh + h))).sum((2, 5))  # [rt, rb, rr, kb, gq]
     words = words.permute(0, 3, 1, 2, 4).reshape(-1)  # blocks over rb, then kb, then rt
     words = torch.where(words >= 1 << 15, words - (1 << 16), words).to(torch.int16)
-    flat = torch.cat([values.reshape(-1), words]).view(dt)
+    slack = packed_alloc(m, k) - packed_numel(m, k)
+    flat = torch.cat([values.reshape(-1), words, words.new_zeros(slack)]).view(dt)
     return _packed_view(flat, m)
 
 
 def cslt_unpack_reference(packed: torch.Tensor, m: int, k: int) -> torch.Tensor:
     """The dense [m, k] operand that a packed tensor stands for (inverse of the layout)."""
     flat = packed.reshape(-1).view(torch.int16)
-    if flat.numel() != packed_numel(m, k):
-        raise ValueError(f"packed tensor has {flat.numel()} elements; an {m}x{k} operand packs to {packed_numel(m, k)}")
+    if flat.numel() not in (packed_numel(m, k), packed_alloc(m, k)):
+        raise ValueError(f"packed tensor has {flat.numel()} elements; an {m}x{k} operand packs to {packed_alloc(m, k)}")
+    flat = flat[: packed_numel(m, k)]
     values = flat[: m * k // 2].reshape(m, k // 4, 2)
     m_pad = -(-m // ROW_TILE) * ROW_TILE
     words = flat[m * k // 2 :].to(torch.int32) & 0xFFFF
@@ -142,6 +150,14 @@ def cslt_unpack_reference(packed: torch.Tensor, m: int, k: int) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 # public entry points
 # --------------------------------------------------------------------------------------------
+
+
+def _alloc(m: int, k: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Flat output of ``packed_alloc`` elements, the slack after the metadata zeroed."""
+    out = torch.empty(packed_alloc(m, k), dtype=dtype, device=device)
+    if out.numel() > packed_numel(m, k):
+        out[packed_numel(m, k) :].zero_()
+    return out
 
 
 def _raise_if_bad(err: torch.Tensor | None) -> None:
@@ -162,7 +178,7 @@ def cslt_pack(
     from kernels._cslt_pack_triton import pack_into
 
     m, k = a.shape
-    out = torch.empty(packed_numel(m, k), dtype=dt, device=a.device)
+    out = _alloc(m, k, dt, a.device)
     err = torch.zeros(1, dtype=torch.int32, device=a.device) if check else None
     pack_into(a.contiguous(), mask, out, None, err)
     _raise_if_bad(err)
@@ -185,8 +201,7 @@ def cslt_pack_pair(
         return cslt_pack_reference(w, mask, dt), cslt_pack_reference(w.t(), mask.t(), dt)
     from kernels._cslt_pack_triton import pack_into
 
-    out = torch.empty(packed_numel(r, c), dtype=dt, device=w.device)
-    out_t = torch.empty(packed_numel(c, r), dtype=dt, device=w.device)
+    out, out_t = _alloc(r, c, dt, w.device), _alloc(c, r, dt, w.device)
     err = torch.zeros(1, dtype=torch.int32, device=w.device) if check else None
     pack_into(w.contiguous(), mask, out, out_t, err)
     _raise_if_bad(err)
@@ -212,7 +227,9 @@ def layout_matches(device: torch.device, dtype: torch.dtype) -> bool:
         a = torch.where(mask, torch.where(a == 0, 1.0, a), 0.0).to(dtype)  # kept entries nonzero
         theirs = torch._cslt_compress(a)
         ours = cslt_pack(a, mask)
-        if theirs.shape != ours.shape or not torch.equal(theirs.view(torch.int16), ours.view(torch.int16)):
+        n = packed_numel(m, k)  # the slack torch allocates after the metadata is never written
+        same = torch.equal(theirs.reshape(-1)[:n].view(torch.int16), ours.reshape(-1)[:n].view(torch.int16))
+        if theirs.shape != ours.shape or not same:
             ok = False
     if not ok:
         warnings.warn(
@@ -231,5 +248,6 @@ __all__ = [
     "cslt_pack_reference",
     "cslt_unpack_reference",
     "layout_matches",
+    "packed_alloc",
     "packed_numel",
 ]

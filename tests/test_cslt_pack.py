@@ -15,6 +15,7 @@ from kernels.cslt_pack import (
     cslt_pack_reference,
     cslt_unpack_reference,
     layout_matches,
+    packed_alloc,
     packed_numel,
 )
 from kernels.transposable import transposable_mask
@@ -86,9 +87,11 @@ def test_every_element_written():
     m, k = 96, 128
     a = torch.randn(m, k, generator=gen).to(torch.bfloat16)
     mask = rand24(m, k, gen)
-    out = torch.full((packed_numel(m, k),), 0x7FC1, dtype=torch.int16).view(torch.bfloat16)
+    n = packed_numel(m, k)
+    out = torch.full((packed_alloc(m, k),), 0x7FC1, dtype=torch.int16).view(torch.bfloat16)
     pack_into(a, mask, out, None, None)
-    assert torch.equal(bits(out), bits(cslt_pack_reference(a, mask)))
+    assert packed_alloc(m, k) > n  # 96 rows: the packed size is rounded up to whole rows
+    assert torch.equal(bits(out)[:n], bits(cslt_pack_reference(a, mask))[:n])
 
 
 @pytest.mark.parametrize("dname", ["bf16", "fp16"])
@@ -144,7 +147,8 @@ def test_gpu_equals_cslt_compress_and_products(dname):
         am = a * mask
         theirs = torch._cslt_compress(am)
         ours = cslt_pack(a, mask)
-        assert ours.shape == theirs.shape and torch.equal(bits(ours), bits(theirs))
+        n = packed_numel(m, k)  # torch's slack after the metadata is never written
+        assert ours.shape == theirs.shape and torch.equal(bits(ours)[:n], bits(theirs)[:n])
         b = torch.randn(k, 128, generator=gen).to(dt).to(dev)
         y = torch._cslt_sparse_mm(ours, b)
         assert rel_err(y, am.double() @ b.double()) < 1e-2
