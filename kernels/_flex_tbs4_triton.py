@@ -7,11 +7,14 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])
 def flex_tbs4_kernel(
     w_ptr, m_ptr, pivot, tie, seed, n_tile_rows, n_tile_cols, stride_w, stride_m,
-    TC: tl.constexpr,
+    TC: tl.constexpr, PIVOT_PTR: tl.constexpr = False,
 ):
+    if PIVOT_PTR:  # pivot points at the device state (pivot, tie share); tie is unused
+        tie = tl.load(pivot + 1)
+        pivot = tl.load(pivot)
     tr = tl.program_id(0)
     tc = tl.program_id(1) * TC + tl.arange(0, TC)
     col = 4 * tc[:, None] + tl.arange(0, 4)[None, :]

@@ -26,10 +26,23 @@ import triton.language as tl
 from kernels.patterns import NM, TBS, Pattern, Vegeta
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])
 def _flex_tbs_circulant_kernel(
-    w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, X: tl.constexpr, TC: tl.constexpr
+    w_ptr,
+    m_ptr,
+    pivot,
+    tie,
+    seed,
+    n_tile_cols,
+    stride_w,
+    stride_m,
+    X: tl.constexpr,
+    TC: tl.constexpr,
+    PIVOT_PTR: tl.constexpr = False,
 ):
+    if PIVOT_PTR:  # ``pivot`` points at the device state (pivot, tie share); ``tie`` is unused
+        tie = tl.load(pivot + 1)
+        pivot = tl.load(pivot)
     # one tile row, TC tiles along it, each loaded in its natural layout [tile, i, j] (j contiguous)
     tr = tl.program_id(0)
     tc = tl.program_id(1) * TC + tl.arange(0, TC)
@@ -64,7 +77,7 @@ def _flex_tbs_circulant_kernel(
     tl.store(m_ptr + row[None, :, None] * stride_m + col, keep.to(tl.int8), mask=inb)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])
 def _flex_groups_kernel(
     w_ptr,
     m_ptr,
@@ -80,6 +93,7 @@ def _flex_groups_kernel(
     C1: tl.constexpr,
     C2: tl.constexpr,
     FIXED_N: tl.constexpr,
+    PIVOT_PTR: tl.constexpr = False,
 ):
     # one row, TT tiles of G groups of M entries; configurations {0, C1, C2, M} or FIXED_N.
     # One contiguous [TT, G, M] load and store; the rank of entry e inside its group is counted
@@ -94,6 +108,9 @@ def _flex_groups_kernel(
     if FIXED_N >= 0:
         n = tl.full((TT, G), FIXED_N, tl.int32)
     else:
+        if PIVOT_PTR:  # ``pivot`` points at the device state (pivot, tie share); ``tie`` is unused
+            tie = tl.load(pivot + 1)
+            pivot = tl.load(pivot)
         gt = tl.sum(tl.sum((x > pivot).to(tl.int32), axis=2), axis=1)  # [tile]
         eq = tl.sum(tl.sum((x == pivot).to(tl.int32), axis=2), axis=1)
         c = gt.to(tl.float32) + eq.to(tl.float32) * tie  # wanted entries, ties shared
@@ -137,53 +154,58 @@ GROUPS_ELEMS, GROUPS_WARPS = 1024, 4
 CIRCULANT_ELEMS, CIRCULANT_WARPS = 8192, 4
 
 
-def fast_mask_triton(w: torch.Tensor, pattern: Pattern, pivot: float, seed: int, tie: float = 1.0) -> torch.Tensor:
-    """Launch the fused kernel of ``pattern`` (see ``has_fast_kernel``) on a 2-D weight."""
-    if w.stride(1) != 1:
-        w = w.contiguous()
+MaskLaunch = tuple[object, tuple[int, int], tuple, int]  # kernel, grid, positional args, num_warps
+
+
+def mask_launch(
+    w: torch.Tensor,
+    out: torch.Tensor,
+    pattern: Pattern,
+    pivot: float | torch.Tensor,
+    seed: int,
+    tie: float = 1.0,
+) -> MaskLaunch:
+    """The launch of ``pattern``'s fused kernel writing the mask of ``w`` (2-D, unit column
+    stride) into ``out`` (bool, same shape): kernel, grid, every argument in signature order
+    (constexprs included, as Triton binds them) and warps. ``pivot`` is a float (then ``tie``
+    is used) or a float32 device tensor holding (pivot, tie share) (``PIVOT_PTR``)."""
     r, c = w.shape
-    out = torch.empty(r, c, dtype=torch.bool, device=w.device)
     m8 = out.view(torch.int8)
-    pivot, tie = float(pivot), float(tie)
+    dev = isinstance(pivot, torch.Tensor)
+    if not dev:
+        pivot, tie = float(pivot), float(tie)
+    else:
+        tie = 0.0
     if isinstance(pattern, TBS) and pattern.x == 4:
         from kernels._flex_tbs4_triton import flex_tbs4_kernel
 
         tcols = c // 4
         tc = min(128, triton.next_power_of_2(tcols))
-        flex_tbs4_kernel[(r // 4, triton.cdiv(tcols, tc))](
-            w, m8, pivot, tie, seed, r // 4, tcols, w.stride(0), out.stride(0), TC=tc, num_warps=4
-        )
-    elif isinstance(pattern, TBS):
+        args = (w, m8, pivot, tie, seed, r // 4, tcols, w.stride(0), out.stride(0), tc, dev)
+        return flex_tbs4_kernel, (r // 4, triton.cdiv(tcols, tc)), args, 4
+    if isinstance(pattern, TBS):
         x = pattern.x
         tcols = c // x
         tc = max(1, min(triton.next_power_of_2(tcols), CIRCULANT_ELEMS // (x * x)))
-        _flex_tbs_circulant_kernel[(r // x, triton.cdiv(tcols, tc))](
-            w, m8, pivot, tie, seed, tcols, w.stride(0), out.stride(0), X=x, TC=tc, num_warps=CIRCULANT_WARPS
-        )
-    else:
-        if isinstance(pattern, Vegeta):
-            m, g, fixed = pattern.m, pattern.tile_len // pattern.m, -1
-            c1, c2 = pattern.configs[1], pattern.configs[2]
-        else:  # NM
-            m, g, fixed, c1, c2 = pattern.m, 1, pattern.n, 1, 1
-        tcols = c // (g * m)
-        elems = GROUPS_ELEMS if m <= 4 else 2 * GROUPS_ELEMS
-        tt = max(1, min(triton.next_power_of_2(tcols), elems // (g * m)))
-        _flex_groups_kernel[(r, triton.cdiv(tcols, tt))](
-            w,
-            m8,
-            pivot,
-            tie,
-            seed,
-            tcols,
-            w.stride(0),
-            out.stride(0),
-            G=g,
-            M=m,
-            TT=tt,
-            C1=c1,
-            C2=c2,
-            FIXED_N=fixed,
-            num_warps=GROUPS_WARPS,
-        )
+        args = (w, m8, pivot, tie, seed, tcols, w.stride(0), out.stride(0), x, tc, dev)
+        return _flex_tbs_circulant_kernel, (r // x, triton.cdiv(tcols, tc)), args, CIRCULANT_WARPS
+    if isinstance(pattern, Vegeta):
+        m, g, fixed = pattern.m, pattern.tile_len // pattern.m, -1
+        c1, c2 = pattern.configs[1], pattern.configs[2]
+    else:  # NM
+        m, g, fixed, c1, c2 = pattern.m, 1, pattern.n, 1, 1
+    tcols = c // (g * m)
+    elems = GROUPS_ELEMS if m <= 4 else 2 * GROUPS_ELEMS
+    tt = max(1, min(triton.next_power_of_2(tcols), elems // (g * m)))
+    args = (w, m8, pivot, tie, seed, tcols, w.stride(0), out.stride(0), g, m, tt, c1, c2, fixed, dev)
+    return _flex_groups_kernel, (r, triton.cdiv(tcols, tt)), args, GROUPS_WARPS
+
+
+def fast_mask_triton(w: torch.Tensor, pattern: Pattern, pivot: float, seed: int, tie: float = 1.0) -> torch.Tensor:
+    """Launch the fused kernel of ``pattern`` (see ``has_fast_kernel``) on a 2-D weight."""
+    if w.stride(1) != 1:
+        w = w.contiguous()
+    out = torch.empty(w.shape, dtype=torch.bool, device=w.device)
+    kernel, grid, args, warps = mask_launch(w, out, pattern, pivot, seed, tie)
+    kernel[grid](*args, num_warps=warps)
     return out

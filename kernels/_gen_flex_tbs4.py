@@ -4,11 +4,12 @@ Run ``python -m kernels._gen_flex_tbs4`` after changing it; a test checks the fi
 
 Per 4x4 tile, one pass: load |w|, count entries > pivot and == pivot (c = gt + tie * eq), draw
 u = Philox(seed, tile), pick n = floor(c/4) + [u * 4 < c - 4 floor(c/4)] (configurations 0..4,
-unit 4), then keep the best layout with n per row and column. Exact for every n: n=2 is the transposable search of
-``_gen_transposable`` (19 column-count groups); n=1 is the best permutation (rows 0-1 take
-distinct columns a, b; rows 2-3 the best order of the remaining pair); n=3 keeps all but the
-*lightest* permutation; n=0 and n=4 are trivial. Candidates carry their 16-bit mask codes as
-constants, as in the 2:4 kernel.
+unit 4), then keep the best layout with n per row and column. Exact for every n: n=2 is the
+transposable search of ``_gen_transposable`` (19 column-count groups); n=1 is the best permutation
+(rows 0-1 take distinct columns a, b; rows 2-3 the best order of the remaining pair); n=3 keeps all
+but the *lightest* permutation; n=0 and n=4 are trivial. Candidates carry their 16-bit mask codes
+as constants, as in the 2:4 kernel. ``PIVOT_PTR`` (constexpr): pivot and tie share are loaded from
+a device tensor (``pivot`` is then its pointer), so a launch needs no host value.
 """
 
 from __future__ import annotations
@@ -50,11 +51,14 @@ def render() -> str:
     w("import triton.language as tl")
     w("")
     w("")
-    w("@triton.jit")
+    w('@triton.jit(do_not_specialize=["seed"])')
     w("def flex_tbs4_kernel(")
     w("    w_ptr, m_ptr, pivot, tie, seed, n_tile_rows, n_tile_cols, stride_w, stride_m,")
-    w("    TC: tl.constexpr,")
+    w("    TC: tl.constexpr, PIVOT_PTR: tl.constexpr = False,")
     w("):")
+    w("    if PIVOT_PTR:  # pivot points at the device state (pivot, tie share); tie is unused")
+    w("        tie = tl.load(pivot + 1)")
+    w("        pivot = tl.load(pivot)")
     w("    tr = tl.program_id(0)")
     w("    tc = tl.program_id(1) * TC + tl.arange(0, TC)")
     w("    col = 4 * tc[:, None] + tl.arange(0, 4)[None, :]")

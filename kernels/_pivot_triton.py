@@ -15,6 +15,9 @@ import triton
 import triton.language as tl
 
 HIST_LEN = 384  # 256 high-byte bins, then 128 low-bit bins
+INFO_LEN = 3  # after the bins, the select kernel writes: non-finite count, #(|w| > pivot), #(|w| == pivot)
+COUNTS_LEN = HIST_LEN + INFO_LEN
+NONFINITE, GT, EQ = HIST_LEN, HIST_LEN + 1, HIST_LEN + 2
 _BLOCK = 4096
 _MAX_PROGRAMS = 1024
 
@@ -48,12 +51,29 @@ def _hist16_kernel(x_ptr, n, hist_ptr, k, iters, PASS: tl.constexpr, BLOCK: tl.c
         tl.atomic_add(hist_ptr + 256 + ar2, acc.to(tl.int64), mask=ar2 < 128)
 
 
-def _launch(flat16: torch.Tensor, hist: torch.Tensor, k: int, pass_: int) -> None:
+def hist16_launch(flat16: torch.Tensor, hist: torch.Tensor, k: int, pass_: int) -> tuple:
+    """(kernel, grid, every argument in signature order, warps) of one histogram pass."""
     n = flat16.numel()
     blocks = triton.cdiv(n, _BLOCK)
     programs = max(1, min(blocks, _MAX_PROGRAMS))
     iters = triton.cdiv(blocks, programs)
-    _hist16_kernel[(programs,)](flat16, n, hist, k, iters, PASS=pass_, BLOCK=_BLOCK, num_warps=8)
+    return _hist16_kernel, (programs,), (flat16, n, hist, k, iters, pass_, _BLOCK), 8
+
+
+def select16_launch(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: torch.dtype, clear: bool) -> tuple:
+    """(kernel, grid, every argument in signature order, warps) of the device select."""
+    if counts.dtype != torch.int64 or counts.numel() < COUNTS_LEN or not counts.is_contiguous():
+        raise ValueError(f"counts must be a contiguous int64 tensor of {COUNTS_LEN} values")
+    if state.dtype != torch.float32 or state.numel() < 2 or counts.device != state.device:
+        raise ValueError("state must be a float32 tensor of 2 values on the device of counts")
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"the 16-bit select needs bf16 or fp16, got {dtype}")
+    return _select16_kernel, (1,), (counts, state, k, dtype == torch.bfloat16, clear), 4
+
+
+def _launch(flat16: torch.Tensor, hist: torch.Tensor, k: int, pass_: int) -> None:
+    kernel, grid, args, warps = hist16_launch(flat16, hist, k, pass_)
+    kernel[grid](*args, num_warps=warps)
 
 
 def hist16_counts(tensors: list[torch.Tensor], k: int, cat_limit: int = 1 << 29) -> torch.Tensor:
@@ -71,3 +91,54 @@ def hist16_counts(tensors: list[torch.Tensor], k: int, cat_limit: int = 1 << 29)
             if f.numel():
                 _launch(f, hist, k, pass_)
     return hist
+
+
+@triton.jit
+def _select16_kernel(hist_ptr, state_ptr, k, IS_BF16: tl.constexpr, CLEAR: tl.constexpr):
+    # one program: the host's _select_from_counts and _nonfinite_from_high, on the device
+    ar = tl.arange(0, 256)
+    hi = tl.load(hist_ptr + ar)
+    first = (0x7F80 >> 7) if IS_BF16 else (0x7C00 >> 7)  # high bytes of Inf / NaN magnitudes
+    nonfinite = tl.sum(tl.where(ar >= first, hi, 0), 0)
+    # bucket: walking the high bins from the top, the first whose running count reaches k
+    rev = tl.load(hist_ptr + 255 - ar)
+    cum = tl.cumsum(rev, 0)
+    i_hi = tl.min(tl.where(cum >= k, ar, 256), 0)  # 256: not reached (the host loop ends at 0)
+    above = tl.sum(tl.where(ar < i_hi, rev, 0), 0)
+    bucket = 255 - tl.minimum(i_hi, 255)
+    ar2 = tl.arange(0, 128)
+    rlo = tl.load(hist_ptr + 256 + 127 - ar2)
+    cum2 = above + tl.cumsum(rlo, 0)
+    i_lo = tl.min(tl.where(cum2 >= k, ar2, 128), 0)
+    gt = above + tl.sum(tl.where(ar2 < i_lo, rlo, 0), 0)
+    low = 127 - tl.minimum(i_lo, 127)
+    eq = tl.sum(tl.where(ar2 == tl.minimum(i_lo, 127), rlo, 0), 0)
+    bits = (bucket << 7) | low
+    if IS_BF16:  # bf16 is the top half of a float32
+        pivot = (bits.to(tl.int32) << 16).to(tl.float32, bitcast=True)
+    else:
+        pivot = bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    # tie share as the host computes it: a float64 quotient (k - gt, eq exact in float64), then
+    # clamped; stored as float32 (the host's float becomes float32 as a kernel argument)
+    share = (k - gt).to(tl.float64) / tl.maximum(eq, 1).to(tl.float64)
+    share = tl.minimum(tl.maximum(share, 0.0), 1.0)
+    share = tl.where(eq > 0, share, 1.0)
+    pivot = tl.where(k > 0, pivot, float("inf"))  # k == 0 keeps nothing
+    share = tl.where(k > 0, share, 1.0)
+    if CLEAR:  # leave zeroed bins for the next call (saves a memset launch)
+        tl.debug_barrier()  # every thread has read the bins before any is zeroed
+        tl.store(hist_ptr + ar, tl.zeros([256], dtype=tl.int64))
+        tl.store(hist_ptr + 256 + ar2, tl.zeros([128], dtype=tl.int64))
+    tl.store(state_ptr, pivot)
+    tl.store(state_ptr + 1, share.to(tl.float32))
+    tl.store(hist_ptr + 384, nonfinite.to(tl.int64))
+    tl.store(hist_ptr + 385, gt.to(tl.int64))
+    tl.store(hist_ptr + 386, eq.to(tl.int64))
+
+
+def select16(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: torch.dtype, clear: bool = False) -> None:
+    """Select on the device from ``counts`` (int64 [COUNTS_LEN], bins filled by both passes):
+    ``state`` (float32 [2]) <- (pivot, tie share); counts[NONFINITE, GT, EQ] <- the non-finite
+    count, #(|w| > pivot), #(|w| == pivot). ``clear`` zeroes the 384 bins after reading them."""
+    kernel, grid, args, warps = select16_launch(counts, state, k, dtype, clear)
+    kernel[grid](*args, num_warps=warps)

@@ -30,6 +30,7 @@ import math
 
 import torch
 
+from kernels import _launch
 from kernels._common import FLOAT_DTYPES, check_tensor, use_triton
 from kernels.patterns import NM, TBS, Pattern, Unstructured, Vegeta
 
@@ -202,6 +203,237 @@ def flex_mask_reference(
     return pattern.untile(pattern.select(mags, n), tuple(w.shape))
 
 
+_SEED_LIMIT = 1 << 31  # seeds stay int32 kernel arguments (one compiled variant, direct launches)
+
+
+def _check_seed(seed: object) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    if not 0 <= seed < _SEED_LIMIT:
+        raise ValueError(f"seed must lie in [0, 2**31), got {seed}")
+    return seed
+
+
+class FlexMasker:
+    """FAST masks of weights that share one pivot (a block, a model, a shard), set up once and
+    called at every regeneration: ``masks = masker()``.
+
+    Why: the fused kernels take microseconds on a GPU, while ``flex_mask`` per weight plus a host
+    pivot pay tens of microseconds of Python, validation, allocation and Triton launch per call,
+    and one host sync (the 384 histogram counts). The masker validates dtypes, shapes, pattern and
+    density once, preallocates the masks and scratch, binds every launch once, and keeps the pivot
+    on the device: concatenation, histogram passes 1 and 2, the select kernel (pivot and tie share
+    into ``state``) and the mask kernels (which read ``state``) run back to back with no host
+    round trip, so a call can be captured in a CUDA graph. The weights are read through views
+    taken here: update them in place (optimizers do), do not replace them.
+
+    ``masker(check=True)`` reads the device non-finite count once, after every launch, and raises
+    ValueError on NaN/Inf weights (the masks are then meaningless). ``check=False`` (for CUDA-graph
+    capture) skips that read: the count stays in ``nonfinite`` (a 0-dim device tensor) for the
+    caller to inspect. Returns the preallocated masks, overwritten by the next call (clone what
+    you keep).
+
+    Fallbacks (same masks as ``flex_mask(w, pattern, density, "fast", seed, pivot, tie=tie)`` with
+    the exact pivot and tie share of all weights): without Triton (CPU, no interpreter) the
+    references (``pivot_and_tie_16bit_reference`` / ``find_pivot`` + ``tie_share``,
+    ``flex_mask_reference``); float32 weights take the pivot on the host; patterns without a
+    fused kernel read the pivot back. Those paths sync with the host and raise on non-finite
+    weights whatever ``check`` says. ``fast_launch``: after a warm-up at construction (CUDA),
+    launch the compiled kernels directly (``kernels._launch``), checked once against Triton's
+    launches.
+    """
+
+    def __init__(
+        self,
+        weights: torch.Tensor | list[torch.Tensor],
+        pattern: Pattern,
+        density: float,
+        seed: int = 0,
+        *,
+        fast_launch: bool = True,
+        cat_limit: int = 1 << 29,
+    ) -> None:
+        if isinstance(weights, torch.Tensor):
+            ws = [weights]
+        elif isinstance(weights, (list, tuple)):
+            ws = list(weights)
+        else:
+            raise TypeError(f"weights must be a Tensor or a list of Tensors, got {type(weights).__name__}")
+        if not ws:
+            raise ValueError("weights is empty: give at least one 2-D weight")
+        for i, w in enumerate(ws):
+            check_tensor(f"weights[{i}]", w, dtypes=FLOAT_DTYPES, ndim=2, finite=False)
+        if len({w.dtype for w in ws}) != 1:
+            raise TypeError(f"weights must share one dtype, got {sorted({str(w.dtype) for w in ws})}")
+        if len({w.device for w in ws}) != 1:
+            raise ValueError(f"weights must be on one device, got {sorted({str(w.device) for w in ws})}")
+        for i, w in enumerate(ws):
+            if not w.is_contiguous():
+                raise ValueError(f"weights[{i}] is not contiguous (the masker reads views of the weights)")
+        self.density = _check(ws[0], pattern, density, "fast", check_finite=False)
+        for i, w in enumerate(ws):
+            try:
+                pattern.check_shape(tuple(w.shape))
+            except ValueError as e:
+                raise ValueError(f"weights[{i}] (shape {tuple(w.shape)}): {e}") from None
+        self.pattern = pattern
+        self.seed = _check_seed(seed)
+        self.weights = [w.detach() for w in ws]
+        self.device = ws[0].device
+        self.dtype = ws[0].dtype
+        self.n = sum(w.numel() for w in ws)
+        if self.n == 0:
+            raise ValueError("weights are all empty: nothing to mask")
+        self.k = round(self.density * self.n)
+        self.masks = [torch.zeros(w.shape, dtype=torch.bool, device=self.device) for w in ws]
+        self.state = torch.zeros(2, dtype=torch.float32, device=self.device)  # pivot, tie share
+
+        from kernels._pivot_triton import COUNTS_LEN, NONFINITE
+
+        # 384 histogram bins (zeroed again by the select kernel), then non-finite, gt, eq counts
+        self.counts = torch.zeros(COUNTS_LEN, dtype=torch.int64, device=self.device)
+        self.nonfinite = self.counts[NONFINITE]
+        self.nonfinite_index = NONFINITE
+        self._triton = use_triton(ws[0])
+        self._device_pivot = self._triton and self.dtype in (torch.bfloat16, torch.float16)
+        self._fused = self._triton and (isinstance(pattern, Unstructured) or self._has_kernel())
+        self._cat: torch.Tensor | None = None
+        self._pivot_launches = self._build_pivot(cat_limit) if self._device_pivot else []
+        self._mask_launches = self._build_masks() if self._fused else []
+        self.direct = False
+        if self.device.type == "cuda":
+            self._warm_up(fast_launch)
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def _has_kernel(self) -> bool:
+        from kernels._flex_triton import has_fast_kernel
+
+        return has_fast_kernel(self.pattern)
+
+    def _build_pivot(self, cat_limit: int) -> list:
+        from kernels._pivot_triton import hist16_launch, select16_launch
+
+        Launch = _launch.Launch  # noqa: N806
+
+        flats = [w.view(-1) for w in self.weights]
+        if len(flats) > 1 and self.n <= cat_limit:  # one copy and 2 launches beat 2 per weight
+            self._cat = torch.empty(self.n, dtype=self.dtype, device=self.device)
+            self._flats = flats
+            flats16 = [self._cat.view(torch.int16)]
+        else:
+            flats16 = [f.view(torch.int16) for f in flats if f.numel()]
+        launches = [Launch(*hist16_launch(f, self.counts, self.k, p)) for p in (1, 2) for f in flats16]
+        launches.append(Launch(*select16_launch(self.counts, self.state, self.k, self.dtype, True)))
+        return launches
+
+    def _build_masks(self) -> list:
+        Launch = _launch.Launch  # noqa: N806
+        if isinstance(self.pattern, Unstructured):
+            return []
+        from kernels._flex_triton import mask_launch
+
+        return [
+            Launch(*mask_launch(w, m, self.pattern, self.state, self.seed))
+            for w, m in zip(self.weights, self.masks, strict=True)
+            if w.numel()
+        ]
+
+    def _warm_up(self, fast_launch: bool) -> None:
+        """Compile and run once; then switch to direct launches if they give the same result."""
+        try:
+            self(check=False)
+        except ValueError:  # a host-pivot path on non-finite weights: no warm-up, no direct launches
+            return
+        launches = self._pivot_launches + self._mask_launches
+        if not fast_launch or not launches or any(x.compiled is None for x in launches):
+            return
+        want = [m.clone() for m in self.masks], self.state.clone(), self.counts.clone()
+        for m in self.masks:  # poison every output, so that a launch that does nothing shows
+            m.fill_(True)
+        self.state.fill_(float("nan"))
+        self.counts[self.nonfinite_index :].fill_(-1)
+        for x in launches:
+            x.direct = True
+        self.direct = True
+        try:
+            self(check=False)
+            ok = all(torch.equal(a, b) for a, b in zip(self.masks, want[0], strict=True))
+            ok = ok and torch.equal(self.state.view(torch.int32), want[1].view(torch.int32))
+            ok = ok and torch.equal(self.counts, want[2])
+        except Exception as e:  # noqa: BLE001 (any failure: keep Triton's launches)
+            ok, why = False, repr(e)
+        else:
+            why = "results differ from Triton's launches"
+        if not ok:
+            import warnings
+
+            self.counts.zero_()
+            for x in launches:
+                x.direct = False
+            warnings.warn(f"FlexMasker: direct launches disabled ({why})", RuntimeWarning, stacklevel=3)
+        self.direct = ok
+
+    def reseed(self, seed: int) -> None:
+        """Use ``seed`` for the draws of the next calls (a captured graph keeps its own)."""
+        self.seed = _check_seed(seed)
+        self._mask_launches = [x.with_arg(4, self.seed) for x in self._mask_launches]
+
+    # -- generation --------------------------------------------------------------------------
+
+    def __call__(self, *, check: bool = True) -> list[torch.Tensor]:
+        """The masks of the current weights (preallocated; overwritten by the next call)."""
+        if not self._device_pivot:
+            return self._host_pivot_call()
+        stream = _launch.direct_stream(self.device) if self.direct else None
+        try:
+            if self._cat is not None:
+                torch.cat(self._flats, out=self._cat)
+            for x in self._pivot_launches:
+                x(stream)
+            self._masks_from_state(stream)
+        except BaseException:
+            self.counts.zero_()  # the select kernel did not clear the bins
+            raise
+        if check and int(self.nonfinite):
+            raise ValueError("weights contain NaN or Inf; refusing to compute masks on non-finite values")
+        return list(self.masks)
+
+    def _masks_from_state(self, stream: int | None) -> None:
+        if isinstance(self.pattern, Unstructured):
+            for w, m in zip(self.weights, self.masks, strict=True):
+                torch.ge(w.abs(), self.state[0], out=m)
+        elif self._fused:
+            for x in self._mask_launches:
+                x(stream)
+        else:  # no fused kernel for this pattern: the reference, with the pivot read back
+            pivot, tie = self.state.tolist()
+            for w, m in zip(self.weights, self.masks, strict=True):
+                m.copy_(flex_mask_reference(w, self.pattern, self.density, "fast", self.seed, pivot, tie))
+
+    def _host_pivot_call(self) -> list[torch.Tensor]:
+        from kernels.pivot import find_pivot, pivot_and_tie_16bit_reference
+
+        if self.dtype in (torch.bfloat16, torch.float16):
+            pivot, tie = pivot_and_tie_16bit_reference(self.weights, self.density)  # raises on NaN/Inf
+        else:
+            pivot = find_pivot(self.weights, self.density, method="exact")  # raises on NaN/Inf
+            tie = tie_share(self.weights, pivot, self.density)
+        self.state.copy_(torch.tensor([pivot, tie], dtype=torch.float32))
+        if self._triton:
+            self._masks_from_state(None)
+        else:
+            tie = float(self.state[1])  # float32, as a kernel would see it
+            for w, m in zip(self.weights, self.masks, strict=True):
+                m.copy_(flex_mask_reference(w, self.pattern, self.density, "fast", self.seed, pivot, tie))
+        return list(self.masks)
+
+    def pivot_and_tie(self) -> tuple[float, float]:
+        """(pivot, tie share) of the last call, read from the device (a host sync)."""
+        pivot, tie = self.state.tolist()
+        return pivot, tie
+
+
 def mask_quality(w: torch.Tensor, mask: torch.Tensor, pattern: Pattern, density: float) -> dict[str, float]:
     """Achieved density and its error, retained |W| relative to the unconstrained top-k (same
     count), and pattern validity (1.0 / 0.0)."""
@@ -224,6 +456,7 @@ def mask_quality(w: torch.Tensor, mask: torch.Tensor, pattern: Pattern, density:
 
 
 __all__ = [
+    "FlexMasker",
     "tie_share",
     "METHODS",
     "NM",

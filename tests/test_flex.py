@@ -156,3 +156,177 @@ def test_generated_tbs4_kernel_is_current():
     from kernels._gen_flex_tbs4 import TARGET, render
 
     assert TARGET.read_text() == render(), "run: python -m kernels._gen_flex_tbs4"
+
+
+# ----------------------------------------------------------------------------- FlexMasker
+
+MASKER_PATTERNS = [TBS(4), TBS(8), Vegeta(4), Vegeta(8), NM(2, 4)]
+
+
+def _block(dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    shapes = ((16, 128), (8, 256), (32, 128))  # shapes every kernel pattern tiles
+    # few distinct magnitudes (multiples of 1/256): the pivot is tied, so the tie share matters
+    return [((torch.randn(*s, generator=g) * 8).round() / 256).to(dtype) for s in shapes]
+
+
+def _expected(ws: list[torch.Tensor], pattern, d: float, seed: int) -> tuple[list[torch.Tensor], float, float]:
+    from kernels.pivot import find_pivot, pivot_and_tie_16bit
+
+    if ws[0].dtype in (torch.bfloat16, torch.float16):
+        piv, tie = pivot_and_tie_16bit(ws, d)
+    else:
+        from kernels.flex import tie_share
+
+        piv = find_pivot(ws, d)
+        tie = tie_share(ws, piv, d)
+    return [flex_mask(w, pattern, d, "fast", seed, piv, tie=tie) for w in ws], piv, tie
+
+
+@pytest.mark.parametrize("pattern", MASKER_PATTERNS, ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_masker_equals_flex_mask(pattern, dtype):
+    """Device pivot + device-pointer mask kernels == host pivot + scalar-argument kernels."""
+    from kernels.flex import FlexMasker
+
+    ws = _block(dtype)
+    d = density_for(pattern, 0.5)
+    masker = FlexMasker(ws, pattern, d, seed=9)
+    got = masker()
+    want, piv, tie = _expected(ws, pattern, d, 9)
+    assert masker.pivot_and_tie() == (piv, torch.tensor(tie, dtype=torch.float32).item())
+    assert 0.05 < tie < 0.95 or isinstance(pattern, NM)  # the data exercise the tie share
+    assert int(masker.nonfinite) == 0
+    for g_, w_ in zip(got, want, strict=True):
+        assert g_.dtype == torch.bool and g_.any() and not g_.all()  # a real mask, not a constant
+        assert torch.equal(g_, w_)
+        pattern.validate(g_)
+    assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True)), "second call differs (bins cleared?)"
+
+
+def test_masker_tracks_in_place_updates_and_reseed():
+    from kernels.flex import FlexMasker
+
+    ws = _block()
+    masker = FlexMasker(ws, TBS(4), 0.4, seed=1)
+    first = [m.clone() for m in masker()]
+    with torch.no_grad():
+        ws[1].mul_(3.0)  # the weights change in place (an optimizer step): the pivot moves
+    got = masker()
+    want, _, _ = _expected(ws, TBS(4), 0.4, 1)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(got, first, strict=True))
+    masker.reseed(77)
+    want, _, _ = _expected(ws, TBS(4), 0.4, 77)
+    assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True))
+
+
+@pytest.mark.parametrize(
+    "dtype, pattern",
+    [
+        (torch.float32, TBS(4)),  # host pivot, device-pointer kernels
+        (torch.bfloat16, NM(2, 6)),  # no fused kernel: the reference reads the pivot back
+        (torch.bfloat16, Unstructured()),
+        (torch.float16, TBS(8)),
+    ],
+    ids=str,
+)
+def test_masker_fallback_paths(dtype, pattern, monkeypatch):
+    from kernels.flex import FlexMasker
+
+    ws = [w[:, :120].contiguous() for w in _block(dtype)] if isinstance(pattern, NM) else _block(dtype)
+    d = density_for(pattern, 0.45)
+    for interpret in ("1", "0"):  # Triton (interpreter), then the plain-PyTorch references
+        monkeypatch.setenv("TRITON_INTERPRET", interpret)
+        got = FlexMasker(ws, pattern, d, seed=4)()
+        want, _, _ = _expected(ws, pattern, d, 4)
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), interpret
+
+
+@pytest.mark.parametrize("interpret", ["1", "0"])
+def test_masker_raises_on_nonfinite(interpret, monkeypatch):
+    from kernels.flex import FlexMasker
+
+    monkeypatch.setenv("TRITON_INTERPRET", interpret)
+    ws = _block()
+    masker = FlexMasker(ws, TBS(4), 0.5)
+    ws[2][3, 5] = float("nan")
+    ws[0][0, 0] = -float("inf")
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        masker()
+    if interpret == "1":  # device path: check=False leaves the count to inspect
+        masker(check=False)
+        assert int(masker.nonfinite) == 2
+    ws[2][3, 5] = 0.0
+    ws[0][0, 0] = 0.0
+    want, _, _ = _expected(ws, TBS(4), 0.5, 0)
+    assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True))
+
+
+@pytest.mark.parametrize(
+    "make, exc, match",
+    [
+        (lambda ws: (ws, TBS(4), 1.5), ValueError, r"\[0, 1\]"),
+        (lambda ws: (ws, TBS(4), -0.1), ValueError, r"\[0, 1\]"),
+        (lambda ws: (ws, TBS(4), float("nan")), ValueError, r"\[0, 1\]"),
+        (lambda ws: ([ws[0], ws[1].float()], TBS(4), 0.5), TypeError, "one dtype"),
+        (lambda ws: ([w.int() for w in ws], TBS(4), 0.5), TypeError, "dtype"),
+        (lambda ws: ([ws[0], ws[1].to("meta")], TBS(4), 0.5), ValueError, "device"),
+        (lambda ws: ([ws[0], torch.zeros(6, 8, dtype=ws[0].dtype)], TBS(4), 0.5), ValueError, r"weights\[1\]"),
+        (lambda ws: ([ws[0], ws[1].t()], TBS(4), 0.5), ValueError, "contiguous"),
+        (lambda ws: ([ws[0].view(-1)], TBS(4), 0.5), ValueError, "2-D"),
+        (lambda ws: ([], TBS(4), 0.5), ValueError, "empty"),
+        (lambda ws: (ws, "TBS(4)", 0.5), TypeError, "Pattern"),
+        (lambda ws: (ws, NM(2, 4), 0.3), ValueError, "fixes the density"),
+    ],
+)
+def test_masker_bad_inputs_raise_at_construction(make, exc, match):
+    from kernels.flex import FlexMasker
+
+    with pytest.raises(exc, match=match):
+        FlexMasker(*make(_block()))
+
+
+def test_masker_bad_seed():
+    from kernels.flex import FlexMasker
+
+    for seed, exc in ((-1, ValueError), (1 << 31, ValueError), (True, TypeError), (1.5, TypeError)):
+        with pytest.raises(exc, match="seed"):
+            FlexMasker(_block(), TBS(4), 0.5, seed=seed)
+
+
+def test_launch_direct_path_and_warm_up_check(monkeypatch):
+    """The direct launcher calls the compiled kernel as ``JITFunction.run`` does; a launcher that
+    fails or does nothing is caught by the construction-time check (CUDA-only paths, faked here)."""
+    import inspect
+
+    from triton.runtime.jit import JITFunction
+
+    from kernels import _launch
+    from kernels.flex import FlexMasker
+
+    src = inspect.getsource(JITFunction.run)  # the convention Launch mirrors: fails if Triton changes it
+    assert "kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, launch_metadata," in src
+    calls = []
+
+    class Compiled:
+        function, packed_metadata = "fn", "meta"
+
+        def run(self, *a):
+            calls.append(a)
+
+    lz = _launch.Launch(None, (3, 2), ("w", 1, 2.0), 4)
+    lz.compiled, lz.direct = Compiled(), True
+    lz(stream=17)
+    assert calls == [(3, 2, 1, 17, "fn", "meta", None, None, None, "w", 1, 2.0)]
+    assert lz.with_arg(1, 5).args == ("w", 5, 2.0)
+
+    monkeypatch.setattr(_launch, "direct_stream", lambda device: 0)
+    masker = FlexMasker(_block(), TBS(4), 0.5, seed=3)
+    want, _, _ = _expected(_block(), TBS(4), 0.5, 3)
+    for x in masker._pivot_launches + masker._mask_launches:
+        x.compiled = Compiled()  # "runs" nothing: the poisoned outputs must give it away
+    with pytest.warns(RuntimeWarning, match="direct launches disabled"):
+        masker._warm_up(True)
+    assert not masker.direct and not any(x.direct for x in masker._mask_launches)
+    assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True))
