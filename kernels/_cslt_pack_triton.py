@@ -14,7 +14,30 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.mvue import _mvue_group
+
 ROWS = 64
+
+
+@triton.jit
+def _bits16(v, BF16: tl.constexpr):
+    """fp32 -> the 16-bit pattern (in an int32) of bf16 (rounded to nearest even by hand: the
+    interpreter truncates) or fp16."""
+    if BF16:
+        u = v.to(tl.uint32, bitcast=True)
+        return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF).to(tl.int32)
+    else:
+        return v.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+
+
+@triton.jit
+def _pick(e, v0, v1, v2, v3):
+    """[..., 4] tensor from four [...] tensors (element e of each group)."""
+    return tl.where(
+        e == 0,
+        v0[:, :, :, None],
+        tl.where(e == 1, v1[:, :, :, None], tl.where(e == 2, v2[:, :, :, None], v3[:, :, :, None])),
+    )
 
 
 @triton.jit
@@ -24,6 +47,7 @@ def _pack_kernel(
     out32_ptr,
     meta_ptr,
     err_ptr,
+    seed_ptr,
     m,
     k,
     stride_ar,
@@ -35,6 +59,7 @@ def _pack_kernel(
     CHECK: tl.constexpr,
     SRC_F32: tl.constexpr,
     BF16: tl.constexpr,
+    MVUE: tl.constexpr,
 ):
     rt = tl.program_id(0)
     c0 = tl.program_id(1) * (32 * KB)
@@ -49,26 +74,33 @@ def _pack_kernel(
     col = group3[:, :, :, None] * 4 + e
     ld_mask = (row < m) & (col < k)
     offs = row.to(tl.int64) * stride_ar + col.to(tl.int64) * stride_ac
-    if SRC_F32:  # fp32 master weight rounded here (bf16 by hand: the interpreter truncates)
-        v = tl.load(a_ptr + offs, mask=ld_mask, other=0.0)
-        if BF16:
-            u = v.to(tl.uint32, bitcast=True)
-            bits = (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF).to(tl.int32)
-        else:
-            bits = v.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-    else:
-        bits = tl.load(a_ptr + offs, mask=ld_mask, other=0).to(tl.int32) & 0xFFFF
-    if HAS_MASK:
-        koffs = row.to(tl.int64) * stride_kr + col.to(tl.int64) * stride_kc
-        kp = tl.load(keep_ptr + koffs, mask=ld_mask, other=0) != 0
-        bits = tl.where(kp, bits, 0)
+    if MVUE:  # the operand is MVUE(a) along k (a: e.g. dY^T, a strided view), drawn here
+        x = tl.load(a_ptr + offs, mask=ld_mask, other=0.0).to(tl.float32)
+        x0 = tl.sum(tl.where(e == 0, x, 0.0), axis=3)
+        x1 = tl.sum(tl.where(e == 1, x, 0.0), axis=3)
+        x2 = tl.sum(tl.where(e == 2, x, 0.0), axis=3)
+        x3 = tl.sum(tl.where(e == 3, x, 0.0), axis=3)
+        u = tl.rand(tl.load(seed_ptr), row3.to(tl.int64) * (k // 4) + group3)  # kernels.mvue's draws
+        o0, o1, o2, o3, k0, k1, k2, k3 = _mvue_group(x0, x1, x2, x3, u)
+        bits = _bits16(_pick(e, o0, o1, o2, o3), BF16)
+        kp = _pick(e, k0.to(tl.int32), k1.to(tl.int32), k2.to(tl.int32), k3.to(tl.int32)) != 0
         bad = tl.sum(kp.to(tl.int32), axis=3) != 2
     else:
-        nz = ((bits & 0x7FFF) != 0).to(tl.int32)  # -0.0 is a zero
-        nzc = tl.sum(nz, axis=3)
-        before = tl.cumsum(nz, axis=3) - nz  # nonzeros before each element
-        kp = (nz != 0) | ((e - before) < (2 - nzc)[:, :, :, None])  # fill with the first zeros
-        bad = nzc > 2
+        if SRC_F32:  # fp32 master weight rounded here
+            bits = _bits16(tl.load(a_ptr + offs, mask=ld_mask, other=0.0), BF16)
+        else:
+            bits = tl.load(a_ptr + offs, mask=ld_mask, other=0).to(tl.int32) & 0xFFFF
+        if HAS_MASK:
+            koffs = row.to(tl.int64) * stride_kr + col.to(tl.int64) * stride_kc
+            kp = tl.load(keep_ptr + koffs, mask=ld_mask, other=0) != 0
+            bits = tl.where(kp, bits, 0)
+            bad = tl.sum(kp.to(tl.int32), axis=3) != 2
+        else:
+            nz = ((bits & 0x7FFF) != 0).to(tl.int32)  # -0.0 is a zero
+            nzc = tl.sum(nz, axis=3)
+            before = tl.cumsum(nz, axis=3) - nz  # nonzeros before each element
+            kp = (nz != 0) | ((e - before) < (2 - nzc)[:, :, :, None])  # fill with the first zeros
+            bad = nzc > 2
     if CHECK:
         nbad = tl.sum(tl.sum(tl.sum((bad & valid3).to(tl.int32), axis=2), axis=1), axis=0)
         tl.atomic_add(err_ptr, nbad)
@@ -87,13 +119,20 @@ def _pack_kernel(
     tl.store(meta_ptr + addr, word.to(tl.int16))
 
 
-def _launch(a: torch.Tensor, mask: torch.Tensor | None, out: torch.Tensor, err: torch.Tensor | None) -> None:
-    """Pack ``a`` (any strides; fp32 or the 16-bit dtype of ``out``) into the flat ``out``."""
+def _launch(
+    a: torch.Tensor,
+    mask: torch.Tensor | None,
+    out: torch.Tensor,
+    err: torch.Tensor | None,
+    seed: torch.Tensor | None = None,
+) -> None:
+    """Pack ``a`` (any strides; fp32 or the 16-bit dtype of ``out``) into the flat ``out``; with
+    ``seed`` (int64 device tensor) pack MVUE(a) along its rows instead (a in out's dtype)."""
     m, k = a.shape
     src_f32 = a.dtype == torch.float32
     if not src_f32 and a.dtype != out.dtype:
         a = a.to(out.dtype)
-    src = a if src_f32 else a.view(torch.int16)
+    src = a if src_f32 or seed is not None else a.view(torch.int16)
     keep = mask.view(torch.int8) if mask is not None else src
     flat16 = out.view(torch.int16)
     vals = m * k // 2
@@ -105,6 +144,7 @@ def _launch(a: torch.Tensor, mask: torch.Tensor | None, out: torch.Tensor, err: 
         flat16[:vals].view(torch.int32),
         flat16[vals:],
         err if err is not None else flat16,
+        seed if seed is not None else flat16,
         m,
         k,
         src.stride(0),
@@ -116,6 +156,7 @@ def _launch(a: torch.Tensor, mask: torch.Tensor | None, out: torch.Tensor, err: 
         CHECK=err is not None,
         SRC_F32=src_f32,
         BF16=out.dtype == torch.bfloat16,
+        MVUE=seed is not None,
         num_warps=4,
     )
 
@@ -133,3 +174,8 @@ def pack_into(
     _launch(a, mask, out, err)
     if out_t is not None:
         _launch(a.t(), None if mask is None else mask.t(), out_t, err)
+
+
+def pack_mvue_t_into(x: torch.Tensor, seed: torch.Tensor, out: torch.Tensor) -> None:
+    """Pack MVUE(x^T) along x's rows (x [T, n] -> operand [n, T]) from the strided view x.t()."""
+    _launch(x.t(), None, out, None, seed)

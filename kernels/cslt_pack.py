@@ -208,6 +208,32 @@ def cslt_pack_pair(
     return _packed_view(out, r), _packed_view(out_t, c)
 
 
+def cslt_pack_mvue_t(x: torch.Tensor, seed_tensor: torch.Tensor) -> torch.Tensor:
+    """Packed MVUE(x^T) 2:4 along x's rows, in one pass over ``x`` [T, n] (fp16/bf16): the
+    weight-gradient operand of fully sparse training, MVUE(dY^T) [n, T], with no transposed copy
+    and no unpacked intermediate. Draws exactly as ``kernels.mvue.mvue24_nocheck(x.t(),
+    seed_tensor=...)`` (the seed tensor is read on the device and then incremented), so the
+    result equals ``cslt_pack(that, its keep-mask)`` bit for bit. No value checks (graph-safe):
+    the caller guarantees what ``mvue24_nocheck`` asks (finite x, 2 * max|x| within the dtype)."""
+    from kernels.mvue import _check_seed_tensor, mvue24_nocheck
+
+    x = check_tensor("x", x, dtypes=PACK_DTYPES, ndim=2, finite=False)
+    t, n = x.shape
+    if n % 32 or t % 64:
+        raise ValueError(f"x is {t}x{n}: packing MVUE(x^T) needs n % 32 == 0 and T % 64 == 0")
+    _check_seed_tensor(seed_tensor, x)
+    if not use_triton(x):
+        keep = torch.empty(n, t, dtype=torch.bool, device=x.device)
+        g = mvue24_nocheck(x.t().contiguous(), -1, seed_tensor=seed_tensor, mask_out=keep)
+        return cslt_pack_reference(g, keep)
+    from kernels._cslt_pack_triton import pack_mvue_t_into
+
+    out = _alloc(n, t, x.dtype, x.device)
+    pack_mvue_t_into(x, seed_tensor, out)
+    seed_tensor.add_(1)  # on the device, as mvue24_nocheck does
+    return _packed_view(out, n)
+
+
 def layout_matches(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether our packing equals ``torch._cslt_compress`` bit for bit on this device and dtype
     (checked once per (device, dtype) on random 2:4 operands, one of them with padded rows; then
@@ -244,6 +270,7 @@ def layout_matches(device: torch.device, dtype: torch.dtype) -> bool:
 
 __all__ = [
     "cslt_pack",
+    "cslt_pack_mvue_t",
     "cslt_pack_pair",
     "cslt_pack_reference",
     "cslt_unpack_reference",

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels._common import check_tensor
-from kernels.cslt_pack import cslt_pack, cslt_pack_pair, layout_matches
+from kernels.cslt_pack import cslt_pack, cslt_pack_mvue_t, cslt_pack_pair, layout_matches
 from kernels.nm_mask import nm_mask
 
 _ALG_CACHE: dict[tuple, int] = {}
@@ -186,6 +186,15 @@ def pack_pair_operands(
         return cslt_pack_pair(w, mask, dtype=dt, check=False)
     wm = torch.where(mask, w.to(dt), 0.0)
     return torch._cslt_compress(wm), torch._cslt_compress(wm.t().contiguous())
+
+
+def pack_mvue_t_operand(x: torch.Tensor, seed_tensor: torch.Tensor) -> torch.Tensor | None:
+    """Packed MVUE(x^T) for x [T, n] in one pass (:func:`kernels.cslt_pack.cslt_pack_mvue_t`), or
+    None where our layout is not verified on this device (the caller then runs MVUE and
+    :func:`pack_operand`)."""
+    if not layout_matches(x.device, x.dtype):
+        return None
+    return cslt_pack_mvue_t(x, seed_tensor)
 
 
 def cslt_mm_packed(

@@ -57,7 +57,14 @@ from kernels._common import FLOAT_DTYPES, check_tensor
 from kernels.masked_decay import masked_decay_, masked_decay_nocheck_
 from kernels.mvue import _check_output_range, mvue24_nocheck, mvue24_seed_tensor
 from kernels.mvue import _validate as _mvue_validate
-from kernels.sparse_gemm import cslt_mm_packed, cslt_refusal, cslt_sparse_mm, pack_operand, pack_pair_operands
+from kernels.sparse_gemm import (
+    cslt_mm_packed,
+    cslt_refusal,
+    cslt_sparse_mm,
+    pack_mvue_t_operand,
+    pack_operand,
+    pack_pair_operands,
+)
 from kernels.transposable import transposable_mask
 
 MODES = ("fst", "srste", "weight24", "dense")
@@ -108,8 +115,17 @@ class _Plan:
 
 
 def _fst_weight_grad(dy2d: torch.Tensor, x2d: torch.Tensor, seed: torch.Tensor, plan: _Plan) -> torch.Tensor:
-    """dW = MVUE(dY^T along tokens) @ X: [out, T] 2:4 along T, so this GEMM is 2:4 too."""
+    """dW = MVUE(dY^T along tokens) @ X: [out, T] 2:4 along T, so this GEMM is 2:4 too. On the
+    cuSPARSELt path MVUE, the transpose and the packing are one pass over dY
+    (``kernels.cslt_pack.cslt_pack_mvue_t``; same draws as ``mvue24_nocheck``)."""
     t = dy2d.shape[0]
+    if plan.cslt:  # only when T % 64 == 0, so never padded
+        amax = _mvue_validate(dy2d, 0)[2] if plan.checks else None
+        if amax is not None and amax > torch.finfo(dy2d.dtype).max / 2:
+            raise ValueError(f"MVUE of grad_output could overflow {_dtype_name(dy2d.dtype)} (max|dY| = {amax:.3e})")
+        packed = pack_mvue_t_operand(dy2d, seed)
+        if packed is not None:
+            return cslt_mm_packed(packed, (dy2d.shape[1], t), x2d, transpose_result=False)
     dyt = dy2d.t().contiguous()  # [out, T]: groups of 4 consecutive tokens per output feature
     pad = (-t) % 4
     if pad:  # zero tokens contribute nothing and keep the estimator unbiased
@@ -122,7 +138,7 @@ def _fst_weight_grad(dy2d: torch.Tensor, x2d: torch.Tensor, seed: torch.Tensor, 
         _check_output_range(g, amax)
     if pad:
         g = g[:, :t]
-    if plan.cslt:  # only when T % 64 == 0, so never padded
+    if plan.cslt:
         return cslt_sparse_mm(g, x2d, transpose_result=False)
     return g @ x2d
 

@@ -101,6 +101,7 @@ def _measure(ctx: RunContext, kind: str, cfg: GPT2Config, batch: int, n: int, mo
 
 def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
     """Device time of each part of the fst FFN's fwd+bwd, timed on its own (graph replays)."""
+    from kernels.cslt_pack import cslt_pack_mvue_t
     from kernels.masked_decay import masked_decay_nocheck_
     from kernels.mvue import mvue24_nocheck, mvue24_seed_tensor
     from kernels.sparse_gemm import cslt_mm_packed, cslt_refusal, pack_operand, pack_pair_operands
@@ -147,9 +148,10 @@ def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
     parts = {
         "sparse_gemms": lambda: [fn() for fn in gemms],
         "pack_weights": lambda: (pack_pair_operands(w1, m1, bf), pack_pair_operands(w2, m2, bf)),
-        "pack_grads": lambda: (pack_operand(dyt), pack_operand(dht)),
+        "mvue_and_pack_grads": lambda: (cslt_pack_mvue_t(dy, seed), cslt_pack_mvue_t(dh, seed)),
+        "pack_grads_alone": lambda: (pack_operand(dyt), pack_operand(dht)),
         "torch_cslt_compress_same_operands": lambda: [torch._cslt_compress(a) for a in (p1, p2, p1t, p2t, dyt, dht)],
-        "mvue": lambda: (
+        "mvue_alone_unfused": lambda: (
             mvue24_nocheck(dy.t().contiguous(), seed_tensor=seed),
             mvue24_nocheck(dh.t().contiguous(), seed_tensor=seed),
         ),

@@ -152,3 +152,51 @@ def test_gpu_equals_cslt_compress_and_products(dname):
         b = torch.randn(k, 128, generator=gen).to(dt).to(dev)
         y = torch._cslt_sparse_mm(ours, b)
         assert rel_err(y, am.double() @ b.double()) < 1e-2
+
+
+@pytest.mark.parametrize("dname", ["bf16", "fp16"])
+@pytest.mark.parametrize("shape", [(64, 32), (128, 96)])
+def test_mvue_pack_matches_mvue_then_pack(dname, shape):
+    """One pass (MVUE of x^T + transpose + pack) == mvue24_nocheck of the transposed copy, then
+    packing with its keep-mask, bit for bit; both advance the seed tensor by one."""
+    from kernels.cslt_pack import cslt_pack_mvue_t
+    from kernels.mvue import mvue24_nocheck
+
+    dt = DTYPES[dname]
+    t, n = shape
+    gen = torch.Generator().manual_seed(t + n)
+    x = torch.randn(t, n, generator=gen).to(dt)
+    x[:8, :4] = 0  # degenerate groups (all zero, single nonzero)
+    x[9, 1] = 1.0
+    x[10, 2] = 50.0  # a dominant element
+    seed = torch.tensor([12345], dtype=torch.int64)
+    seed_ref = seed.clone()
+    keep = torch.empty(n, t, dtype=torch.bool)
+    g = mvue24_nocheck(x.t().contiguous(), -1, seed_tensor=seed_ref, mask_out=keep)
+    ours = cslt_pack_mvue_t(x, seed)
+    assert torch.equal(bits(ours), bits(cslt_pack_reference(g, keep)))
+    assert int(seed) == int(seed_ref) == 12346
+    assert torch.equal(cslt_unpack_reference(ours, n, t), g)
+    again = cslt_pack_mvue_t(x, seed)  # the next call draws afresh
+    assert not torch.equal(bits(again), bits(ours))
+    with pytest.raises(ValueError, match="T % 64"):
+        cslt_pack_mvue_t(x[:32], seed)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dname", ["bf16", "fp16"])
+def test_gpu_mvue_pack(dname):
+    from kernels.cslt_pack import cslt_pack_mvue_t
+    from kernels.mvue import mvue24_nocheck
+
+    dt = DTYPES[dname]
+    gen = torch.Generator().manual_seed(13)
+    x = torch.randn(1024, 768, generator=gen).to(dt).cuda()
+    seed, seed_ref = torch.tensor([7], dtype=torch.int64, device="cuda"), torch.tensor([7], dtype=torch.int64).cuda()
+    keep = torch.empty(768, 1024, dtype=torch.bool, device="cuda")
+    g = mvue24_nocheck(x.t().contiguous(), -1, seed_tensor=seed_ref, mask_out=keep)
+    ours = cslt_pack_mvue_t(x, seed)
+    assert torch.equal(bits(ours).cpu(), bits(cslt_pack_reference(g.cpu(), keep.cpu())))
+    b = torch.randn(1024, 256, generator=gen).to(dt).cuda()
+    assert rel_err(torch._cslt_sparse_mm(ours, b), g.double() @ b.double()) < 1e-2
