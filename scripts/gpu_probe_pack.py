@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from kernels.cslt_pack import cslt_pack, cslt_pack_pair, layout_matches  # noqa: E402
+from kernels.cslt_pack import cslt_pack, cslt_pack_mvue_t, cslt_pack_pair, layout_matches  # noqa: E402
+from kernels.mvue import mvue24_seed_tensor  # noqa: E402
 from kernels.transposable import transposable_mask  # noqa: E402
 from repro.timing import time_gpu  # noqa: E402
 
@@ -65,7 +66,8 @@ for dt in (torch.bfloat16, torch.float16):
 
 print("== timing (bf16, graph replays, read flush)", flush=True)
 bf = torch.bfloat16
-for d in (768, 2048):
+seed = mvue24_seed_tensor(dev)
+for d in (768, 2048, 4096):
     t_tok, f = 8192, 4 * d
     w1 = torch.randn(f, d, device=dev, generator=g)
     m1 = transposable_mask(w1)
@@ -78,6 +80,10 @@ for d in (768, 2048):
         "grad pack (mask)": (partial(cslt_pack, dh, mh, check=False), dhm.numel() * 3 * 1.5625 / 1.5625 + dhm.numel()),
         "grad _cslt_compress": (partial(torch._cslt_compress, dhm), dhm.numel() * 2 * 1.5625),
         "grad copy": (partial(torch.clone, dhm), dhm.numel() * 4),
+        "grad mvue+transpose+pack fused [T, 4d] -> [4d, T]": (
+            partial(cslt_pack_mvue_t, dh.t().contiguous(), seed),
+            dhm.numel() * (2 + 1.125),
+        ),
         "weight pair fp32+mask": (
             partial(cslt_pack_pair, w1, m1, dtype=bf, check=False),
             w1.numel() * (4 + 1 + 2 * 1.125),
