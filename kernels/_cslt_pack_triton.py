@@ -1,8 +1,8 @@
 """Triton kernel of ``kernels.cslt_pack``: one program packs 64 rows x 32*KB columns of a 2:4
 operand (layout in ``kernels/cslt_pack.py``).
 
-The tile is loaded straight into the shape of the metadata, [8 rows, 4 row blocks x 4*KB word
-columns, 4 contributors, 4 elements]: a metadata word (row block rb, row rr, chunk kb, group gq) holds the
+The tile is loaded straight into the shape of the metadata, [32 word rows, 4*KB word columns,
+4 contributors, 4 elements]: a metadata word (row block rb, row rr, chunk kb, group gq) holds the
 codes of 4 groups of 4 elements (rows rr and rr+8, groups gq and gq+4), so every reduction (the
 kept positions of a group, then the word) runs along axes that the kernel never reshapes. The two
 kept values of a group are stored as one 32-bit word (they are adjacent in the output). Strides
@@ -63,16 +63,12 @@ def _pack_kernel(
 ):
     rt = tl.program_id(0)
     c0 = tl.program_id(1) * (32 * KB)
-    # axis 0 is a plain arange over 8 consecutive rows, so that a transposed view (row stride 1,
-    # specialised by Triton) is read with coalesced, vectorised loads along it
-    rr = tl.arange(0, 8)[:, None, None]  # row inside a half block
-    q = tl.arange(0, 16 * KB)[None, :, None]  # rb * 4KB + word column (kb * 4 + gq)
+    wr = tl.arange(0, 32)[:, None, None]  # word row: rb * 8 + rr
+    wc = tl.arange(0, 4 * KB)[None, :, None]  # word column: kb * 4 + gq
     cc = tl.arange(0, 4)[None, None, :]  # contributor: gh * 2 + h
-    rb = q // (4 * KB)
-    wc = q % (4 * KB)
     e = tl.arange(0, 4)[None, None, None, :]  # element of the group
-    row3 = rt * 64 + rb * 16 + (cc % 2) * 8 + rr  # [8, 16KB, 4]
-    group3 = c0 // 4 + (wc // 4) * 8 + (cc // 2) * 4 + wc % 4  # [1, 16KB, 4]
+    row3 = rt * 64 + (wr // 8) * 16 + (cc % 2) * 8 + wr % 8  # [32, 1, 4]
+    group3 = c0 // 4 + (wc // 4) * 8 + (cc // 2) * 4 + wc % 4  # [1, 4KB, 4]
     valid3 = row3 < m
     row = row3[:, :, :, None]
     col = group3[:, :, :, None] * 4 + e
@@ -108,19 +104,18 @@ def _pack_kernel(
     if CHECK:
         nbad = tl.sum(tl.sum(tl.sum((bad & valid3).to(tl.int32), axis=2), axis=1), axis=0)
         tl.atomic_add(err_ptr, nbad)
-    i0 = tl.min(tl.where(kp, e, 4), axis=3)  # [8, 16KB, 4]
+    i0 = tl.min(tl.where(kp, e, 4), axis=3)  # [32, 4KB, 4]
     i1 = tl.max(tl.where(kp, e, -1), axis=3)
     v0 = tl.sum(tl.where(e == i0[:, :, :, None], bits, 0), axis=3)
     v1 = tl.sum(tl.where(e == i1[:, :, :, None], bits, 0), axis=3)
     pair = v0 | (v1 << 16)
     tl.store(out32_ptr + row3.to(tl.int64) * (k // 4) + group3, pair, mask=valid3)
     code = tl.where(valid3, i0 | (i1 << 2), 14)  # rows past m: padding code
-    word = tl.sum(code << (4 * (2 * (cc // 2) + cc % 2)), axis=2)  # [8, 16KB]
-    rr2 = tl.arange(0, 8)[:, None]
-    q2 = tl.arange(0, 16 * KB)[None, :]
-    wc2 = q2 % (4 * KB)
-    block = (rt * (k // 32) + c0 // 32 + wc2 // 4) * 4 + q2 // (4 * KB)
-    addr = block.to(tl.int64) * 32 + rr2 * 4 + wc2 % 4
+    word = tl.sum(code << (4 * (2 * (cc // 2) + cc % 2)), axis=2)  # [32, 4KB]
+    wr2 = tl.arange(0, 32)[:, None]
+    wc2 = tl.arange(0, 4 * KB)[None, :]
+    block = (rt * (k // 32) + c0 // 32 + wc2 // 4) * 4 + wr2 // 8
+    addr = block.to(tl.int64) * 32 + (wr2 % 8) * 4 + wc2 % 4
     tl.store(meta_ptr + addr, word.to(tl.int16))
 
 
