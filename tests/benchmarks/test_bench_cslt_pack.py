@@ -1,0 +1,81 @@
+"""cuSPARSELt operand packing (kernels.cslt_pack) at the figure6 FFN shapes (d = 2048, 8192 tokens):
+the MVUE'd gradient [4d, T], the fused MVUE + transpose + pack of dH [T, 4d], and the weight pair
+(W and W^T from a float32 master weight and its transposable mask). Checked before timing: equal
+to the plain-PyTorch reference packing (and, on a GPU, to torch._cslt_compress) bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.cslt_pack import (
+    cslt_pack,
+    cslt_pack_mvue_t,
+    cslt_pack_pair,
+    cslt_pack_reference,
+    packed_numel,
+)
+from kernels.mvue import mvue24_nocheck
+from kernels.transposable import transposable_mask
+from tests.benchmarks import DEVICE, ON_GPU, paper_params, run_benchmark
+
+BF = torch.bfloat16
+# (id, (rows, cols) on a GPU, tiny on CPU)
+GRAD = [("grad-8192x8192", (8192, 8192), (64, 128))]
+WEIGHT = [("weight-8192x2048", (8192, 2048), (128, 64))]
+
+
+def _rand24(m: int, k: int, gen: torch.Generator) -> torch.Tensor:
+    idx = torch.rand(m, k // 4, 4, device=DEVICE, generator=gen).topk(2, -1).indices
+    mask = torch.zeros(m, k // 4, 4, dtype=torch.bool, device=DEVICE).scatter_(-1, idx, True)
+    return mask.reshape(m, k)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor, m: int, k: int) -> bool:
+    n = packed_numel(m, k)
+    return torch.equal(a.reshape(-1).view(torch.int16)[:n], b.reshape(-1).view(torch.int16)[:n])
+
+
+@pytest.mark.parametrize("shape", paper_params(GRAD))
+def test_cslt_pack(benchmark, shape, copy_gbps):
+    m, k = shape
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    mask = _rand24(m, k, gen)
+    a = torch.randn(m, k, device=DEVICE, generator=gen).to(BF) * mask
+    out = cslt_pack(a, check=False)
+    assert _same(out, cslt_pack_reference(a), m, k)
+    if ON_GPU:
+        assert _same(out, torch._cslt_compress(a), m, k)
+    run_benchmark(
+        benchmark, lambda: cslt_pack(a, check=False), nbytes=a.numel() * 2 + packed_numel(m, k) * 2, copy_gbps=copy_gbps
+    )
+
+
+@pytest.mark.parametrize("shape", paper_params(GRAD))
+def test_cslt_pack_mvue_t(benchmark, shape, copy_gbps):
+    n, t = shape  # packs MVUE(x^T) [n, T] from x [T, n]
+    gen = torch.Generator(device=DEVICE).manual_seed(1)
+    x = torch.randn(t, n, device=DEVICE, generator=gen).to(BF)
+    seed = torch.tensor([99], dtype=torch.int64, device=DEVICE)
+    seed_ref = seed.clone()
+    keep = torch.empty(n, t, dtype=torch.bool, device=DEVICE)
+    g = mvue24_nocheck(x.t().contiguous(), -1, seed_tensor=seed_ref, mask_out=keep)
+    out = cslt_pack_mvue_t(x, seed)
+    assert _same(out, cslt_pack_reference(g, keep), n, t)
+    run_benchmark(
+        benchmark, lambda: cslt_pack_mvue_t(x, seed), nbytes=x.numel() * 2 + packed_numel(n, t) * 2, copy_gbps=copy_gbps
+    )
+
+
+@pytest.mark.parametrize("shape", paper_params(WEIGHT))
+def test_cslt_pack_pair(benchmark, shape, copy_gbps):
+    r, c = shape
+    gen = torch.Generator(device=DEVICE).manual_seed(2)
+    w = torch.randn(r, c, device=DEVICE, generator=gen)  # float32 master weight
+    mask = transposable_mask(w)
+    p, pt = cslt_pack_pair(w, mask, dtype=BF, check=False)
+    wm = (w * mask).to(BF)
+    assert _same(p, cslt_pack_reference(wm, mask), r, c)
+    assert _same(pt, cslt_pack_reference(wm.t().contiguous(), mask.t().contiguous()), c, r)
+    nbytes = w.numel() * (4 + 1) + 2 * packed_numel(r, c) * 2
+    run_benchmark(benchmark, lambda: cslt_pack_pair(w, mask, dtype=BF, check=False), nbytes=nbytes, copy_gbps=copy_gbps)
