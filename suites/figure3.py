@@ -8,11 +8,17 @@ pivot shared by the block, timed as one call, times the number of layers (all bl
 same shapes). The pivot search is part of it (top-k plus a tie count for the PyTorch and
 Vegeta-based methods; an exact two-pass 16-bit histogram select for FAST on one GPU; the
 distribution-aware search is measured under sharding by suite pivot_comm); ``mask_time`` rows time
-the masks alone given the pivot. All methods are timed eagerly (host launches included: the
-torch and vegeta methods sync with the host and cannot be graph-captured); ``mask_time_graph``
-adds FAST's masks replayed from a CUDA graph (device time). Quality rows (density error per
-linear and per block, retained |W| vs the unconstrained top-k, validity) come from the same masks
-that were checked before timing.
+the masks alone given the pivot (``flex_mask`` per weight). All methods are timed eagerly (host
+launches included: the torch and vegeta methods sync with the host and cannot be graph-captured).
+
+FAST's ``time`` is a call of ``kernels.flex.FlexMasker`` (histogram passes, device select, mask
+kernels, one read of the non-finite count at the end), built before timing: a training loop
+builds it once for its weights and calls it at every regeneration, so its set-up (validation,
+allocation, compilation) is not part of a generation. ``time_graph`` is the same call
+(``check=False``) replayed from a CUDA graph (device time: the whole generation, pivot included),
+and ``mask_time_graph`` FAST's masks alone given the pivot, replayed likewise. Quality rows
+(density error per linear and per block, retained |W| vs the unconstrained top-k, validity) come
+from the same masks that were checked before timing.
 """
 
 from __future__ import annotations
@@ -25,7 +31,15 @@ import torch
 from matplotlib.ticker import ScalarFormatter
 
 from kernels._common import use_triton
-from kernels.flex import METHODS, flex_mask, flex_mask_reference, mask_quality, tie_share, tile_counts
+from kernels.flex import (
+    METHODS,
+    FlexMasker,
+    flex_mask,
+    flex_mask_reference,
+    mask_quality,
+    tie_share,
+    tile_counts,
+)
 from kernels.patterns import TBS, parse_pattern
 from repro.models.llama import CONFIGS, LlamaConfig, block_linear_shapes
 from repro.paper import load_paper
@@ -80,14 +94,31 @@ def _generate(weights: list[torch.Tensor], pattern, method: str) -> list[torch.T
     return _masks(weights, pattern, method, *_pivot(weights, method))
 
 
-def check(ctx: RunContext, model: str, block: dict[str, torch.Tensor], pattern, method: str) -> list[torch.Tensor]:
-    """Masks valid, budgets met, FAST's kernel equal to its reference; quality rows added."""
+def check(
+    ctx: RunContext,
+    model: str,
+    block: dict[str, torch.Tensor],
+    pattern,
+    method: str,
+    masker: FlexMasker | None = None,
+) -> list[torch.Tensor]:
+    """Masks valid, budgets met, FAST's kernel equal to its reference; quality rows added. With a
+    ``masker`` (FAST): its device pivot state equals the top-k pivot and tie share, and its masks
+    equal ``flex_mask``'s given them (and the reference, as below)."""
     weights = list(block.values())
     exact, tie = _pivot(weights, "torch")
     mine, my_tie = _pivot(weights, method)
     ctx.check(mine == exact and abs(my_tie - tie) < 1e-9, f"{model} {method}'s pivot or tie share != top-k's")
     masks = _masks(weights, pattern, method, exact, tie)
     tag = f"{model} {pattern.name} {method}"
+    if masker is not None:
+        got = [m.clone() for m in masker()]
+        state = masker.pivot_and_tie()
+        tie32 = torch.tensor(tie, dtype=torch.float32).item()  # the kernels' float32 tie share
+        ctx.check(state == (exact, tie32), f"{tag}: masker's pivot state {state} != top-k's ({exact}, {tie32})")
+        same = all(torch.equal(a, b) for a, b in zip(got, masks, strict=True))
+        ctx.check(same, f"{tag}: masker's masks != flex_mask's with the top-k pivot")
+        masks = got
     kept = total = 0
     for (name, w), m in zip(block.items(), masks, strict=True):
         pattern.validate(m)  # raises with the first offending tile
@@ -139,9 +170,12 @@ def run(ctx: RunContext) -> None:
             pattern = parse_pattern(spec)
             t_model = {}
             for method in METHODS:
-                check(ctx, model, block, pattern, method)
+                # FAST: built once for the block, outside the timed call (as a training loop holds it)
+                masker = FlexMasker(weights, pattern, DENSITY, SEED) if method == "fast" else None
+                check(ctx, model, block, pattern, method, masker)
                 pivot, tie = _pivot(weights, method)
-                t_all = ctx.time(partial(_generate, weights, pattern, method), graph=False)
+                generate = masker if masker is not None else partial(_generate, weights, pattern, method)
+                t_all = ctx.time(generate, graph=False)
                 t_mask = ctx.time(partial(_masks, weights, pattern, method, pivot, tie), graph=False)
                 add = partial(ctx.results.add, method, model, "bf16", verified=True, variant=pattern.name)
                 add("time", t_all.ms * cfg.layers, "ms", timer=t_all.timer)
@@ -155,7 +189,10 @@ def run(ctx: RunContext) -> None:
                     timer=t_mask.timer,
                 )
                 t_model[method] = (t_all.ms, t_mask.ms)
-                if method == "fast" and ctx.device.type == "cuda":
+                if masker is not None and ctx.device.type == "cuda":
+                    t_gen = ctx.time(partial(masker, check=False), graph=True)  # pivot + masks
+                    if t_gen.timer.startswith("cuda-graph-"):
+                        add("time_graph", t_gen.ms * cfg.layers, "ms", timer=t_gen.timer)
                     t_graph = ctx.time(partial(_masks, weights, pattern, method, pivot, tie), graph=True)
                     if t_graph.timer.startswith("cuda-graph-"):
                         add("mask_time_graph", t_graph.ms * cfg.layers, "ms", timer=t_graph.timer)
@@ -240,6 +277,24 @@ def _heuristic_gap(ctx: RunContext, gen: torch.Generator) -> None:
         )
 
 
+def _mask_fn(pattern, method: str, weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    return _generate([w.detach() for w in weights], pattern, method)
+
+
+def _fast_mask_fn(pattern):
+    """FAST's mask function for the trainer: one FlexMasker for the model's weights, built at the
+    first call (again if the weights are replaced); clones, since the trainer keeps each set."""
+    held: dict[str, object] = {}
+
+    def fn(weights: list[torch.Tensor]) -> list[torch.Tensor]:
+        key = [(w.data_ptr(), tuple(w.shape), w.dtype) for w in weights]
+        if held.get("key") != key:
+            held["masker"], held["key"] = FlexMasker([w.detach() for w in weights], pattern, DENSITY, SEED), key
+        return [m.clone() for m in held["masker"]()]
+
+    return fn
+
+
 def _training_steps(ctx: RunContext) -> None:
     """MAP-NEO 460M training step (bf16 autocast, AdamW) with TBS(8,8) masks regenerated every
     step and every 10 steps, per mask-generation method."""
@@ -260,8 +315,7 @@ def _training_steps(ctx: RunContext) -> None:
             model = LlamaModel(cfg).to(ctx.device)
             linears = sparse_linears(model)
 
-            def mask_fn(weights, method=method):
-                return _generate([w.detach() for w in weights], pattern, method)
+            mask_fn = _fast_mask_fn(pattern) if method == "fast" else partial(_mask_fn, pattern, method)
 
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=ctx.device.type == "cuda")
             trainer = MaskedTrainer(model, linears, mask_fn, every, opt)
