@@ -40,6 +40,16 @@ def _masked_decay_kernel(g_ptr, w_ptr, m_ptr, alpha, n, BLOCK: tl.constexpr):
     tl.store(g_ptr + offs, cast_out(g + alpha * w, g_ptr), mask=valid & ~keep)
 
 
+@triton.jit
+def _masked_decay_cast_kernel(g_ptr, w_ptr, m_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    valid = offs < n
+    g = tl.load(g_ptr + offs, mask=valid, other=0.0).to(tl.float32)
+    keep = tl.load(m_ptr + offs, mask=valid, other=1) != 0
+    w = tl.load(w_ptr + offs, mask=valid & ~keep, other=0.0).to(tl.float32)
+    tl.store(out_ptr + offs, cast_out(tl.where(keep, g, g + alpha * w), out_ptr), mask=valid)
+
+
 def _check_alpha(alpha: object) -> float:
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
         raise TypeError(f"alpha must be a real number, got {type(alpha).__name__}")
@@ -141,6 +151,30 @@ def masked_decay_nocheck_(grad: torch.Tensor, weight: torch.Tensor, mask: torch.
     return grad
 
 
+def masked_decay_cast_nocheck(
+    grad: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, alpha: float
+) -> torch.Tensor:
+    """New tensor in weight's dtype: ``grad.to(weight.dtype) + alpha * weight * (~mask)`` in one
+    pass (the low-precision weight gradient of a GEMM, cast to the master weight's dtype and decayed:
+    reads grad, weight and mask once, writes once, instead of a cast pass and an in-place pass).
+    Bit for bit ``masked_decay_nocheck_(grad.to(weight.dtype), weight, mask, alpha)``. No value
+    scans (graph-safe); metadata is checked."""
+    grad = check_tensor("grad", grad, dtypes=FLOAT_DTYPES, finite=False)
+    weight = check_tensor("weight", weight, dtypes=FLOAT_DTYPES, finite=False)
+    mask = check_tensor("mask", mask, dtypes=(torch.bool,), finite=False)
+    check_same_shape(grad=grad, weight=weight, mask=mask)
+    check_same_device(grad=grad, weight=weight, mask=mask)
+    a = _check_alpha(alpha)
+    if not use_triton(grad) or grad.numel() == 0:
+        return masked_decay_nocheck_(grad.to(weight.dtype).contiguous(), weight, mask, a)
+    out = torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)
+    n = grad.numel()
+    _masked_decay_cast_kernel[(cdiv(n, _BLOCK),)](
+        grad.contiguous(), weight.contiguous(), mask.contiguous(), out, a, n, BLOCK=_BLOCK
+    )
+    return out
+
+
 def masked_decay_reference(grad: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, alpha: float) -> torch.Tensor:
     """New tensor ``grad + alpha * weight * (~mask)`` (fp32 math, rounded once to grad's dtype)."""
     a = _validate(grad, weight, mask, alpha)
@@ -157,4 +191,10 @@ def masked_decay_bytes(grad: torch.Tensor, weight: torch.Tensor | None = None, m
     return n * (2 * grad.element_size() + wsize + msize)
 
 
-__all__ = ["masked_decay_", "masked_decay_bytes", "masked_decay_nocheck_", "masked_decay_reference"]
+__all__ = [
+    "masked_decay_",
+    "masked_decay_bytes",
+    "masked_decay_cast_nocheck",
+    "masked_decay_nocheck_",
+    "masked_decay_reference",
+]

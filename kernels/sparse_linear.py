@@ -54,7 +54,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from kernels._common import FLOAT_DTYPES, check_tensor
-from kernels.masked_decay import masked_decay_, masked_decay_nocheck_
+from kernels.masked_decay import masked_decay_, masked_decay_cast_nocheck
 from kernels.mvue import _check_output_range, mvue24_nocheck, mvue24_seed_tensor
 from kernels.mvue import _validate as _mvue_validate
 from kernels.sparse_gemm import (
@@ -192,10 +192,12 @@ class _SparseLinearFn(torch.autograd.Function):
                 dx = dx.reshape(ctx.x_shape)
             if ctx.needs_input_grad[1]:
                 dw = _fst_weight_grad(dy2d, x2d, seed, plan) if plan.mode == "fst" else dy2d.t() @ x2d
-                dw = dw.to(weight.dtype).contiguous()
-                if plan.decay:
-                    decay_fn = masked_decay_ if plan.checks else masked_decay_nocheck_
-                    decay_fn(dw, weight.detach(), mask, plan.decay)
+                if plan.decay and not plan.checks:  # cast to the master dtype and decay in one pass
+                    dw = masked_decay_cast_nocheck(dw, weight.detach(), mask, plan.decay)
+                else:
+                    dw = dw.to(weight.dtype).contiguous()
+                    if plan.decay:
+                        masked_decay_(dw, weight.detach(), mask, plan.decay)
             if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
                 db = dy2d.sum(0, dtype=torch.float32).to(ctx.bias_dtype)
         return dx, dw, db, None, None, None

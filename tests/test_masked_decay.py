@@ -177,3 +177,24 @@ def test_device_mismatch():
         masked_decay_(grad.cuda(), weight, mask.cuda(), 0.1)
     with pytest.raises(ValueError, match="one device"):
         masked_decay_(grad.cuda(), weight.cuda(), mask, 0.1)
+
+
+@pytest.mark.parametrize("gdt", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("shape", [(64, 96), (3, 1030)])
+def test_cast_variant_equals_cast_then_decay(gdt, shape):
+    """masked_decay_cast_nocheck (one pass: cast the GEMM's gradient to the master dtype and decay)
+    == the cast followed by the in-place kernel, bit for bit; outputs poisoned by construction
+    (a new tensor) and compared everywhere."""
+    from kernels.masked_decay import masked_decay_cast_nocheck, masked_decay_nocheck_
+
+    gen = torch.Generator().manual_seed(sum(shape))
+    g = torch.randn(shape, generator=gen).to(gdt)
+    w = torch.randn(shape, generator=gen)
+    m = torch.rand(shape, generator=gen) > 0.5
+    got = masked_decay_cast_nocheck(g, w, m, 0.37)
+    ref = masked_decay_nocheck_(g.to(torch.float32).clone(), w, m, 0.37)
+    assert got.dtype == torch.float32 and torch.equal(got, ref)
+    assert torch.equal(got[m], g.to(torch.float32)[m])  # kept positions untouched
+    assert not torch.equal(got[~m], g.to(torch.float32)[~m])
+    with pytest.raises(ValueError):
+        masked_decay_cast_nocheck(g, w[:1], m, 0.1)
