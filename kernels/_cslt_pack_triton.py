@@ -17,7 +17,7 @@ import triton.language as tl
 from kernels.mvue import _mvue_group
 
 ROWS = 64
-TRANS_LOADS = True  # coalesced loads + an in-kernel permute for transposed views (else strided loads)
+TRANS_LOADS = True  # coalesced loads + an in-kernel permute for transposed views (not for MVUE: see probe)
 
 
 @triton.jit
@@ -177,7 +177,12 @@ def _launch(
         SRC_F32=src_f32,
         BF16=out.dtype == torch.bfloat16,
         MVUE=seed is not None,
-        TRANS=TRANS_LOADS and kb == 2 and src.stride(0) == 1 and src.stride(1) != 1 and keep.stride(0) == 1,
+        TRANS=TRANS_LOADS
+        and seed is None
+        and kb == 2
+        and src.stride(0) == 1
+        and src.stride(1) != 1
+        and keep.stride(0) == 1,
         num_warps=4,
     )
 
