@@ -421,7 +421,7 @@ class FlexMasker:
             tie = tie_share(self.weights, pivot, self.density)
         self.state.copy_(torch.tensor([pivot, tie], dtype=torch.float32))
         if self._triton:
-            self._masks_from_state(None)
+            self._masks_from_state(_launch.direct_stream(self.device) if self.direct else None)
         else:
             tie = float(self.state[1])  # float32, as a kernel would see it
             for w, m in zip(self.weights, self.masks, strict=True):

@@ -55,8 +55,9 @@ DENSITY = 0.5
 PATTERNS = ("TBS(4)", "TBS(8)", "Vegeta(4)", "Vegeta(8)", "2:4")
 # The pivot (and the tie share that makes budgets exact) is part of mask generation. The PyTorch
 # and Vegeta-based methods take it the way a PyTorch user would: top-k, then a count of the ties.
-# FAST on one GPU: an exact two-pass histogram select on the 16-bit patterns (Triton, no sort, one
-# host sync; the last bin gives the ties). Its distribution-aware search pays off when weights are
+# FAST on one GPU: an exact two-pass histogram select on the 16-bit patterns (Triton, no sort; the
+# last bin gives the ties), selected on the device by FlexMasker, whose only host read is the
+# non-finite count at the end of a call. Its distribution-aware search pays off when weights are
 # sharded (pivot_comm); on one GPU its rounds sync with the host (H100, 460M block: top-k 0.8 ms,
 # gaussian 7.1 ms).
 PIVOT_METHOD = {"torch": "topk", "vegeta": "topk", "fast": "histogram"}

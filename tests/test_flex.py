@@ -330,3 +330,16 @@ def test_launch_direct_path_and_warm_up_check(monkeypatch):
         masker._warm_up(True)
     assert not masker.direct and not any(x.direct for x in masker._mask_launches)
     assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True))
+
+
+def test_masker_per_weight_passes_and_single_tensor():
+    """Above ``cat_limit`` the histogram passes run per weight; one Tensor is a block of one."""
+    from kernels.flex import FlexMasker
+
+    ws = _block(torch.float16, seed=2)
+    masker = FlexMasker(ws, Vegeta(4), 0.3, seed=6, cat_limit=0)
+    assert masker._cat is None and len(masker._pivot_launches) == 2 * len(ws) + 1
+    want, _, _ = _expected(ws, Vegeta(4), 0.3, 6)
+    assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True))
+    (got,) = FlexMasker(ws[1], TBS(8), 0.6, seed=2)()
+    assert torch.equal(got, _expected([ws[1]], TBS(8), 0.6, 2)[0][0])
