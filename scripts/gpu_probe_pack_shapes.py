@@ -1,3 +1,4 @@
+# ruff: noqa: E501
 """Probe (not a suite): where does our cuSPARSELt packing differ from torch._cslt_compress, by
 shape, and do products through our packing stay right there? (bf16, random 2:4 operands)"""
 
@@ -14,6 +15,8 @@ from kernels.cslt_pack import cslt_pack, packed_numel  # noqa: E402
 dev = torch.device("cuda")
 g = torch.Generator(device=dev).manual_seed(0)
 for m, k in (
+    (8192, 8192),
+) if False else (
     (4096, 4096),
     (8192, 4096),
     (4096, 8192),
@@ -50,3 +53,32 @@ for m, k in (
         flush=True,
     )
     del a, mask, ours, theirs, idx
+
+print("== 8192x8192: is _cslt_compress deterministic, and which packing gives the right rows?", flush=True)
+m = k = 8192
+idx = torch.rand(m, k // 4, 4, device=dev, generator=g).topk(2, -1).indices
+mask = torch.zeros(m, k // 4, 4, dtype=torch.bool, device=dev).scatter_(-1, idx, True).reshape(m, k)
+a = torch.randn(m, k, device=dev, generator=g).to(torch.bfloat16) * mask
+ours = cslt_pack(a, check=False)
+runs = [torch._cslt_compress(a) for _ in range(3)]
+n = packed_numel(m, k)
+for i in range(1, 3):
+    print(
+        f" compress run 0 vs {i}: {int((runs[0].reshape(-1)[:n].view(torch.int16) != runs[i].reshape(-1)[:n].view(torch.int16)).sum())} elements differ"
+    )
+x = ours.reshape(-1).view(torch.int16)[: m * k // 2]
+y = runs[0].reshape(-1).view(torch.int16)[: m * k // 2]
+bad_rows = sorted({int(i) // (k // 2) for i in (x != y).nonzero().flatten().tolist()})
+print(f" rows with differing values: {bad_rows[:10]}")
+b = torch.randn(k, 64, device=dev, dtype=torch.bfloat16, generator=g)
+ref = a.double() @ b.double()
+yo, yt = torch._cslt_sparse_mm(ours, b).double(), torch._cslt_sparse_mm(runs[0], b).double()
+for r in bad_rows[:6]:
+    eo = float((yo[r] - ref[r]).norm() / ref[r].norm())
+    et = float((yt[r] - ref[r]).norm() / ref[r].norm())
+    cols = (x.view(m, k // 2)[r] != y.view(m, k // 2)[r]).nonzero().flatten().tolist()
+    g0 = cols[0] // 2 if cols else None
+    grp = a[r, 4 * g0 : 4 * g0 + 4].float().tolist() if g0 is not None else None
+    print(
+        f" row {r}: rel err ours {eo:.2e}, torch {et:.2e}; group {g0} dense {grp}; ours {x.view(m, k // 2)[r, 2 * g0 : 2 * g0 + 2].view(torch.bfloat16).tolist()} torch {y.view(m, k // 2)[r, 2 * g0 : 2 * g0 + 2].view(torch.bfloat16).tolist()}"
+    )
