@@ -18,6 +18,8 @@ from kernels.mvue import _mvue_group
 
 ROWS = 64
 TRANS_LOADS = True  # coalesced loads + an in-kernel permute for transposed views (not for MVUE: see probe)
+MVUE_TRANS = False  # the same for the fused MVUE (H100, 4 warps: 47 GB/s vs 780 GB/s strided)
+WARPS = {"plain": 4, "trans": 4, "mvue": 4}  # num_warps per path (tuned by scripts/gpu_probe_pack.py)
 
 
 @triton.jit
@@ -158,6 +160,8 @@ def _launch(
     vals = m * k // 2
     kb = 2 if k % 64 == 0 else 1
     grid = (triton.cdiv(m, ROWS), k // (32 * kb))
+    transposed = src.stride(0) == 1 and src.stride(1) != 1 and keep.stride(0) == 1
+    trans = kb == 2 and transposed and (MVUE_TRANS if seed is not None else TRANS_LOADS)
     _pack_kernel[grid](
         src,
         keep,
@@ -177,13 +181,8 @@ def _launch(
         SRC_F32=src_f32,
         BF16=out.dtype == torch.bfloat16,
         MVUE=seed is not None,
-        TRANS=TRANS_LOADS
-        and seed is None
-        and kb == 2
-        and src.stride(0) == 1
-        and src.stride(1) != 1
-        and keep.stride(0) == 1,
-        num_warps=4,
+        TRANS=trans,
+        num_warps=WARPS["mvue" if seed is not None else "trans" if trans else "plain"],
     )
 
 
