@@ -17,8 +17,12 @@ import triton.language as tl
 from kernels.mvue import _mvue_group
 
 ROWS = 64
-TRANS_LOADS = True  # coalesced loads + an in-kernel permute for transposed views (not for MVUE: see probe)
-MVUE_TRANS = False  # the same for the fused MVUE (H100, 4 warps: 47 GB/s vs 780 GB/s strided)
+# Coalesced loads + an in-kernel permute for transposed views: 8% faster for the weight pair at
+# 4 warps on the H100 (triton 3.6), but wrong results there at 8 and 16 warps, and 47 GB/s for the
+# fused MVUE (scripts/gpu_sweep_pack.py, results/tuning/h100_probe_pack.txt): off. Strided loads are
+# right at every warp count tried.
+TRANS_LOADS = False
+MVUE_TRANS = False
 WARPS = {"plain": 4, "trans": 4, "mvue": 4}  # num_warps per path (tuned by scripts/gpu_probe_pack.py)
 
 

@@ -234,11 +234,32 @@ def cslt_pack_mvue_t(x: torch.Tensor, seed_tensor: torch.Tensor) -> torch.Tensor
     return _packed_view(out, n)
 
 
+def _self_test_paths(device: torch.device, dtype: torch.dtype, g: torch.Generator) -> bool:
+    """The pair (W and a transposed view) and the fused MVUE pack equal the reference packing of
+    the same operands on this device (the compiled kernel, not only the interpreter's semantics)."""
+    from kernels.mvue import mvue24_nocheck
+    from kernels.transposable import transposable_mask
+
+    w = torch.randn(128, 192, device=device, generator=g)
+    tm = transposable_mask(w)
+    p, pt = cslt_pack_pair(w, tm, dtype=dtype, check=False)
+    wm = (w * tm).to(dtype)
+    ok = torch.equal(p, cslt_pack_reference(wm, tm)) and torch.equal(
+        pt, cslt_pack_reference(wm.t().contiguous(), tm.t().contiguous())
+    )
+    x = torch.randn(128, 96, device=device, generator=g).to(dtype)
+    keep = torch.empty(96, 128, dtype=torch.bool, device=device)
+    seed = torch.tensor([3], dtype=torch.int64, device=device)
+    ref = cslt_pack_reference(mvue24_nocheck(x.t().contiguous(), -1, seed_tensor=seed.clone(), mask_out=keep), keep)
+    return ok and torch.equal(cslt_pack_mvue_t(x, seed), ref)
+
+
 def layout_matches(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether our packing equals ``torch._cslt_compress`` bit for bit on this device and dtype
-    (checked once per (device, dtype) on random 2:4 operands, one of them with padded rows; then
-    cached). False (with a warning) where cuSPARSELt's layout differs: callers then compress with
-    torch. Never checks while a CUDA graph is being captured (returns False, not cached)."""
+    (random 2:4 operands, one of them with padded rows) and the kernel's transposed-view and MVUE
+    paths equal the reference packing there; checked once per (device, dtype), then cached. False
+    (with a warning) otherwise: callers then compress with torch. Never checks while a CUDA graph
+    is being captured (returns False, not cached)."""
     key = (str(device), dtype)
     if key in _LAYOUT_OK:
         return _LAYOUT_OK[key]
@@ -257,6 +278,8 @@ def layout_matches(device: torch.device, dtype: torch.dtype) -> bool:
         same = torch.equal(theirs.reshape(-1)[:n].view(torch.int16), ours.reshape(-1)[:n].view(torch.int16))
         if theirs.shape != ours.shape or not same:
             ok = False
+    if ok:  # the transposed-view and MVUE paths of the kernel against the plain-PyTorch packing
+        ok = _self_test_paths(device, dtype, g)
     if not ok:
         warnings.warn(
             f"cuSPARSELt's packed layout on {device} ({dtype}) differs from kernels.cslt_pack's; "

@@ -200,3 +200,19 @@ def test_gpu_mvue_pack(dname):
     assert torch.equal(bits(ours).cpu(), bits(cslt_pack_reference(g.cpu(), keep.cpu())))
     b = torch.randn(1024, 256, generator=gen).to(dt).cuda()
     assert rel_err(torch._cslt_sparse_mm(ours, b), g.double() @ b.double()) < 1e-2
+
+
+@pytest.mark.parametrize("dname", ["bf16", "fp16"])
+def test_self_test_of_kernel_paths_passes(dname):
+    """The first-use self test (pair through a transposed view, fused MVUE) passes where the
+    kernel is right (here: the interpreter), and fails when the kernel's output is corrupted."""
+    import kernels.cslt_pack as cp
+
+    g = torch.Generator().manual_seed(0)
+    assert cp._self_test_paths(torch.device("cpu"), DTYPES[dname], g)
+    real = cp.cslt_pack_mvue_t
+    try:
+        cp.cslt_pack_mvue_t = lambda x, s: real(x, s).neg()  # noqa: E731 (a corrupted kernel)
+        assert not cp._self_test_paths(torch.device("cpu"), DTYPES[dname], g)
+    finally:
+        cp.cslt_pack_mvue_t = real
