@@ -15,22 +15,24 @@ from kernels.cslt_pack import cslt_pack, packed_numel  # noqa: E402
 dev = torch.device("cuda")
 g = torch.Generator(device=dev).manual_seed(0)
 for m, k in (
-    (8192, 8192),
-) if False else (
-    (4096, 4096),
-    (8192, 4096),
-    (4096, 8192),
-    (8192, 8192),
-    (16384, 4096),
-    (4096, 16384),
-    (2048, 16384),
-    (1024, 32768),
-    (16384, 8192),
-    (8192, 16384),
-    (12288, 8192),
-    (8192, 12288),
-    (16384, 2048),
-    (32768, 2048),
+    ((8192, 8192),)
+    if False
+    else (
+        (4096, 4096),
+        (8192, 4096),
+        (4096, 8192),
+        (8192, 8192),
+        (16384, 4096),
+        (4096, 16384),
+        (2048, 16384),
+        (1024, 32768),
+        (16384, 8192),
+        (8192, 16384),
+        (12288, 8192),
+        (8192, 12288),
+        (16384, 2048),
+        (32768, 2048),
+    )
 ):
     idx = torch.rand(m, k // 4, 4, device=dev, generator=g).topk(2, -1).indices
     mask = torch.zeros(m, k // 4, 4, dtype=torch.bool, device=dev).scatter_(-1, idx, True).reshape(m, k)
