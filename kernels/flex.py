@@ -352,7 +352,8 @@ class FlexMasker:
         for m in self.masks:  # poison every output, so that a launch that does nothing shows
             m.fill_(True)
         self.state.fill_(float("nan"))
-        self.counts[self.nonfinite_index :].fill_(-1)
+        if self._device_pivot:  # the host-pivot path writes the state but no counts
+            self.counts[self.nonfinite_index :].fill_(-1)
         for x in launches:
             x.direct = True
         self.direct = True
@@ -360,7 +361,7 @@ class FlexMasker:
             self(check=False)
             ok = all(torch.equal(a, b) for a, b in zip(self.masks, want[0], strict=True))
             ok = ok and torch.equal(self.state.view(torch.int32), want[1].view(torch.int32))
-            ok = ok and torch.equal(self.counts, want[2])
+            ok = ok and (not self._device_pivot or torch.equal(self.counts, want[2]))
         except Exception as e:  # noqa: BLE001 (any failure: keep Triton's launches)
             ok, why = False, repr(e)
         else:

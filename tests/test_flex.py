@@ -343,3 +343,38 @@ def test_masker_per_weight_passes_and_single_tensor():
     assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True))
     (got,) = FlexMasker(ws[1], TBS(8), 0.6, seed=2)()
     assert torch.equal(got, _expected([ws[1]], TBS(8), 0.6, 2)[0][0])
+
+
+def test_warm_up_check_accepts_correct_direct_launches_on_host_pivot_path(monkeypatch):
+    """float32 weights take the host-pivot path (no histogram counts written): a direct launcher
+    that does the right thing must pass the construction-time check (it once failed on the counts)."""
+    import warnings
+
+    from kernels import _launch
+    from kernels.flex import FlexMasker
+
+    monkeypatch.setattr(_launch, "direct_stream", lambda device: 0)
+    ws = [w.float() for w in _block()]
+    masker = FlexMasker(ws, TBS(4), 0.5, seed=3)
+    assert not masker._device_pivot
+
+    class Correct:  # a "compiled kernel" whose launcher runs the launch through Triton
+        function, packed_metadata = "fn", "meta"
+
+        def __init__(self, launch):
+            self.launch = launch
+
+        def run(self, *a):
+            x = self.launch
+            x.kernel[x.grid](*x.args, num_warps=x.warps)
+
+    for x in masker._pivot_launches + masker._mask_launches:
+        x.compiled = Correct(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        masker._warm_up(True)
+    assert masker.direct
+    want = [
+        flex_mask(w, TBS(4), 0.5, "fast", 3, *masker.pivot_and_tie()[:1], tie=masker.pivot_and_tie()[1]) for w in ws
+    ]
+    assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True))
