@@ -40,3 +40,26 @@ def test_nm_mask_bad_inputs(args, exc, match):
 def test_nm_mask_bad_dim():
     with pytest.raises(ValueError, match="out of range"):
         nm_mask(torch.randn(4, 8), 2, 4, dim=2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("n,m,dim", [(2, 4, -1), (2, 4, 0), (1, 4, 1), (4, 8, -1), (3, 8, 0), (1, 2, -1)])
+def test_nm_mask_kernel_equals_reference_with_ties(dtype, n, m, dim):
+    """The Triton path (interpreter here) equals the stable-sort reference, ties included (small
+    integers make many equal magnitudes, and +-0)."""
+    from kernels.nm_mask import nm_mask_reference
+
+    g = torch.Generator().manual_seed(n * 10 + m)
+    w = torch.randint(-3, 4, (16, 24, 8), generator=g).to(dtype)
+    got, ref = nm_mask(w, n, m, dim=dim), nm_mask_reference(w, n, m, dim=dim)
+    assert torch.equal(got, ref)
+    assert (ref.movedim(dim, -1).reshape(-1, m).sum(-1) == n).all()
+
+
+def test_nm_mask_non_power_of_two_group_uses_reference():
+    w = torch.randn(6, 12)
+    from kernels.nm_mask import nm_mask_reference
+
+    assert torch.equal(nm_mask(w, 2, 3), nm_mask_reference(w, 2, 3))
+    assert torch.equal(nm_mask(w, 0, 3), torch.zeros(6, 12, dtype=torch.bool))
+    assert torch.equal(nm_mask(w, 3, 3), torch.ones(6, 12, dtype=torch.bool))
