@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from kernels._common import FLOAT_DTYPES, check_tensor
+from kernels._common import FLOAT_DTYPES, check_tensor, use_triton
 from kernels.masked_decay import masked_decay_, masked_decay_cast_nocheck
 from kernels.mvue import _check_output_range, mvue24_nocheck, mvue24_seed_tensor
 from kernels.mvue import _validate as _mvue_validate
@@ -83,10 +83,16 @@ def _dtype_name(dt: torch.dtype) -> str:
 
 
 def _nm24_mask(w: torch.Tensor) -> torch.Tensor:
-    """2 largest |w| of every 4 along dim 1 (same as ``nm_mask(w, 2, 4, dim=1)``), without its
-    finiteness scan: no host sync, so SR-STE's per-forward mask can be captured in a graph."""
+    """2 largest |w| of every 4 along dim 1, ties to the lower index (same as ``nm_mask(w, 2, 4,
+    dim=1)``), without its finiteness scan: no host sync, so SR-STE's per-forward mask can be
+    captured in a graph. One Triton pass where Triton runs, else the stable-sort reference."""
+    if use_triton(w):
+        from kernels._flex_triton import fast_mask_triton
+        from kernels.patterns import NM
+
+        return fast_mask_triton(w, NM(2, 4), 0.0, 0)
     g = w.abs().reshape(w.shape[0], -1, 4)
-    idx = g.topk(2, dim=-1, sorted=False).indices
+    idx = g.sort(dim=-1, descending=True, stable=True).indices[..., :2]
     return torch.zeros(g.shape, dtype=torch.bool, device=w.device).scatter_(-1, idx, True).reshape(w.shape)
 
 

@@ -764,3 +764,16 @@ def test_cuda_graph_capture_and_fresh_mvue_draws(mode):
         torch.cuda.synchronize()
         ref_y = x.double() @ (layer.weight.double() * new_mask).T + layer.bias.double()
         assert_close_rel(y, ref_y, 2e-2)
+
+
+def test_srste_mask_equals_nm_mask_reference_with_ties():
+    """SR-STE's per-forward 2:4 mask (Triton here, via the interpreter) is nm_mask's, ties to the
+    lower index."""
+    from kernels.nm_mask import nm_mask_reference
+    from kernels.sparse_linear import _nm24_mask
+
+    g = torch.Generator().manual_seed(4)
+    w = torch.randint(-2, 3, (32, 64), generator=g).float()
+    assert torch.equal(_nm24_mask(w), nm_mask_reference(w, 2, 4, dim=1))
+    w = torch.randn(48, 128, generator=g)
+    assert torch.equal(_nm24_mask(w), nm_mask_reference(w, 2, 4, dim=1))
