@@ -9,8 +9,9 @@ are always fp32), and:
   steps taken so far, 1 after the first and ``total_steps`` after the last;
 - logs one CSV row per step (``LOG_COLUMNS``): step (same 1-based count), loss, lr (of that step),
   grad_norm (before clipping), step_time_ms (CUDA events on a GPU, read lazily so the loop never
-  waits for the device; ``perf_counter`` on a CPU), tokens_per_s, flip_rate (mean of the
-  ``flip_rate`` attributes that are not None, empty when there are none);
+  waits for the device; ``perf_counter`` on a CPU), tokens_per_s, flip_rate (mean over the modules
+  that report one: ``flip_rate_tensor`` where a module has it, read with the other lazy values,
+  else ``flip_rate``; empty when there are none);
 - writes an atomic checkpoint (model, optimizer, scheduler, grad scaler, step, RNG states, model
   config, training hyperparameters, and the ``sparse_state_dict()`` of every module that has one,
   keyed by module name) every ``checkpoint_every`` steps and at the end; ``resume=True`` continues
@@ -777,7 +778,9 @@ def train(
                 m.after_optimizer_step(step, steps)
             fsum, fn, fdev = 0.0, 0, []
             for m in flip_modules:
-                v = getattr(m, "flip_rate", None)
+                # a device tensor where the module offers one (no host sync per layer per step)
+                v = getattr(m, "flip_rate_tensor", None)
+                v = getattr(m, "flip_rate", None) if v is None else v
                 if v is None:
                     continue
                 if isinstance(v, torch.Tensor):

@@ -59,7 +59,7 @@ def masked_dense_twin(module: nn.Module, build_dense: Callable[[], nn.Module]) -
     sparse = set(sparse_layers(module))  # once, not per module
     for name, m in module.named_modules():
         if m in sparse:
-            state[f"{name}.weight"] = m.weight.float() * m.mask
+            state[f"{name}.weight" if name else "weight"] = m.weight.float() * m.mask  # "" = module itself
     ref.load_state_dict(state, strict=True)
     return ref
 
