@@ -17,13 +17,11 @@ import triton.language as tl
 from kernels.mvue import _mvue_group
 
 ROWS = 64
-# Coalesced loads + an in-kernel permute for transposed views: 8% faster for the weight pair at
-# 4 warps on the H100 (triton 3.6), but wrong results there at 8 and 16 warps, and 47 GB/s for the
-# fused MVUE (scripts/gpu_sweep_pack.py, results/tuning/h100_probe_pack.txt): off. Strided loads are
-# right at every warp count tried.
-TRANS_LOADS = False
-MVUE_TRANS = False
-WARPS = {"plain": 4, "trans": 4, "mvue": 4}  # num_warps per path (tuned by scripts/gpu_probe_pack.py)
+# Transposed views are read with strided loads. A coalesced [cols, rows] load permuted in the kernel
+# was 8% faster for the weight pair at 4 warps on the H100 (triton 3.6) but gave wrong results at
+# 8 and 16 warps and ran at 47 GB/s for the fused MVUE (results/tuning/h100_probe_pack.txt), so it
+# was removed. Strided loads are right at every warp count tried; 4 warps is the fastest.
+NUM_WARPS = 4
 
 
 @triton.jit
@@ -48,24 +46,6 @@ def _pick(e, v0, v1, v2, v3):
 
 
 @triton.jit
-def _load_tile(ptr, offs, ld_mask, rt, c0, m, k, stride_r, stride_c, other, TRANS: tl.constexpr):
-    """The [32, 8, 4, 4] tile (64 rows x 64 columns of the operand, in the metadata's shape).
-    TRANS (a transposed view: the operand's rows are contiguous in memory): load [64 cols, 64
-    rows] coalesced along the rows, then permute in registers/shared memory into the tile shape."""
-    if TRANS:
-        i = rt * 64 + tl.arange(0, 64)  # operand rows: contiguous in memory
-        j = c0 + tl.arange(0, 64)  # operand columns
-        p2 = j[:, None].to(tl.int64) * stride_c + i[None, :].to(tl.int64) * stride_r
-        raw = tl.load(ptr + p2, mask=(j < k)[:, None] & (i < m)[None, :], other=other)
-        # [col (kb, gh, gq, e), row (rb, h, rr)] -> [rb, rr, kb, gq, gh, h, e] -> [32, 8, 4, 4]
-        raw = tl.reshape(raw, (2, 2, 4, 4, 4, 2, 8))
-        raw = tl.permute(raw, (4, 6, 0, 2, 1, 5, 3))
-        return tl.reshape(raw, (32, 8, 4, 4))
-    else:
-        return tl.load(ptr + offs, mask=ld_mask, other=other)
-
-
-@triton.jit
 def _pack_kernel(
     a_ptr,
     keep_ptr,
@@ -85,7 +65,6 @@ def _pack_kernel(
     SRC_F32: tl.constexpr,
     BF16: tl.constexpr,
     MVUE: tl.constexpr,
-    TRANS: tl.constexpr,
 ):
     rt = tl.program_id(0)
     c0 = tl.program_id(1) * (32 * KB)
@@ -101,7 +80,7 @@ def _pack_kernel(
     ld_mask = (row < m) & (col < k)
     offs = row.to(tl.int64) * stride_ar + col.to(tl.int64) * stride_ac
     if MVUE:  # the operand is MVUE(a) along k (a: e.g. dY^T, a strided view), drawn here
-        x = _load_tile(a_ptr, offs, ld_mask, rt, c0, m, k, stride_ar, stride_ac, 0.0, TRANS).to(tl.float32)
+        x = tl.load(a_ptr + offs, mask=ld_mask, other=0.0).to(tl.float32)
         x0 = tl.sum(tl.where(e == 0, x, 0.0), axis=3)
         x1 = tl.sum(tl.where(e == 1, x, 0.0), axis=3)
         x2 = tl.sum(tl.where(e == 2, x, 0.0), axis=3)
@@ -113,12 +92,12 @@ def _pack_kernel(
         bad = tl.sum(kp.to(tl.int32), axis=3) != 2
     else:
         if SRC_F32:  # fp32 master weight rounded here
-            bits = _bits16(_load_tile(a_ptr, offs, ld_mask, rt, c0, m, k, stride_ar, stride_ac, 0.0, TRANS), BF16)
+            bits = _bits16(tl.load(a_ptr + offs, mask=ld_mask, other=0.0), BF16)
         else:
-            bits = _load_tile(a_ptr, offs, ld_mask, rt, c0, m, k, stride_ar, stride_ac, 0, TRANS).to(tl.int32) & 0xFFFF
+            bits = tl.load(a_ptr + offs, mask=ld_mask, other=0).to(tl.int32) & 0xFFFF
         if HAS_MASK:
             koffs = row.to(tl.int64) * stride_kr + col.to(tl.int64) * stride_kc
-            kp = _load_tile(keep_ptr, koffs, ld_mask, rt, c0, m, k, stride_kr, stride_kc, 0, TRANS) != 0
+            kp = tl.load(keep_ptr + koffs, mask=ld_mask, other=0) != 0
             bits = tl.where(kp, bits, 0)
             bad = tl.sum(kp.to(tl.int32), axis=3) != 2
         else:
@@ -164,8 +143,6 @@ def _launch(
     vals = m * k // 2
     kb = 2 if k % 64 == 0 else 1
     grid = (triton.cdiv(m, ROWS), k // (32 * kb))
-    transposed = src.stride(0) == 1 and src.stride(1) != 1 and keep.stride(0) == 1
-    trans = kb == 2 and transposed and (MVUE_TRANS if seed is not None else TRANS_LOADS)
     _pack_kernel[grid](
         src,
         keep,
@@ -185,8 +162,7 @@ def _launch(
         SRC_F32=src_f32,
         BF16=out.dtype == torch.bfloat16,
         MVUE=seed is not None,
-        TRANS=trans,
-        num_warps=WARPS["mvue" if seed is not None else "trans" if trans else "plain"],
+        num_warps=NUM_WARPS,
     )
 
 

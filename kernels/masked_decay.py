@@ -59,6 +59,18 @@ def _check_alpha(alpha: object) -> float:
     return a
 
 
+def _check_meta(grad: object, weight: object, mask: object, alpha: object, *, same_dtype: bool) -> float:
+    """Types, shapes, devices (no value scans, no host sync); returns alpha as a float."""
+    grad = check_tensor("grad", grad, dtypes=FLOAT_DTYPES, finite=False)
+    weight = check_tensor("weight", weight, dtypes=FLOAT_DTYPES, finite=False)
+    mask = check_tensor("mask", mask, dtypes=(torch.bool,), finite=False)
+    if same_dtype and weight.dtype != grad.dtype:
+        raise TypeError(f"weight has dtype {weight.dtype} but grad has {grad.dtype}; they must match")
+    check_same_shape(grad=grad, weight=weight, mask=mask)
+    check_same_device(grad=grad, weight=weight, mask=mask)
+    return _check_alpha(alpha)
+
+
 def _max_abs(name: str, t: torch.Tensor) -> float:
     """max|t|; raises on NaN/Inf (min/max propagate both), one pass, no temporary."""
     if t.numel() == 0:
@@ -71,14 +83,7 @@ def _max_abs(name: str, t: torch.Tensor) -> float:
 
 
 def _validate(grad: object, weight: object, mask: object, alpha: object) -> float:
-    grad = check_tensor("grad", grad, dtypes=FLOAT_DTYPES, finite=False)
-    weight = check_tensor("weight", weight, dtypes=FLOAT_DTYPES, finite=False)
-    mask = check_tensor("mask", mask, dtypes=(torch.bool,), finite=False)
-    if weight.dtype != grad.dtype:
-        raise TypeError(f"weight has dtype {weight.dtype} but grad has {grad.dtype}; they must match")
-    check_same_shape(grad=grad, weight=weight, mask=mask)
-    check_same_device(grad=grad, weight=weight, mask=mask)
-    a = _check_alpha(alpha)
+    a = _check_meta(grad, weight, mask, alpha, same_dtype=True)
     gmax = _max_abs("grad", grad)
     wmax = _max_abs("weight", weight)
     bound = gmax + abs(a) * wmax
@@ -129,14 +134,7 @@ def masked_decay_nocheck_(grad: torch.Tensor, weight: torch.Tensor, mask: torch.
     """
     if isinstance(grad, torch.Tensor) and grad.requires_grad:
         raise ValueError("grad requires grad; masked_decay_ is an in-place, non-differentiable update")
-    grad = check_tensor("grad", grad, dtypes=FLOAT_DTYPES, finite=False)
-    weight = check_tensor("weight", weight, dtypes=FLOAT_DTYPES, finite=False)
-    mask = check_tensor("mask", mask, dtypes=(torch.bool,), finite=False)
-    if weight.dtype != grad.dtype:
-        raise TypeError(f"weight has dtype {weight.dtype} but grad has {grad.dtype}; they must match")
-    check_same_shape(grad=grad, weight=weight, mask=mask)
-    check_same_device(grad=grad, weight=weight, mask=mask)
-    a = _check_alpha(alpha)
+    a = _check_meta(grad, weight, mask, alpha, same_dtype=True)
     if not grad.is_contiguous():
         raise ValueError(f"grad must be contiguous for the in-place update (strides {grad.stride()})")
     n = grad.numel()
@@ -159,12 +157,7 @@ def masked_decay_cast_nocheck(
     reads grad, weight and mask once, writes once, instead of a cast pass and an in-place pass).
     Bit for bit ``masked_decay_nocheck_(grad.to(weight.dtype), weight, mask, alpha)``. No value
     scans (graph-safe); metadata is checked."""
-    grad = check_tensor("grad", grad, dtypes=FLOAT_DTYPES, finite=False)
-    weight = check_tensor("weight", weight, dtypes=FLOAT_DTYPES, finite=False)
-    mask = check_tensor("mask", mask, dtypes=(torch.bool,), finite=False)
-    check_same_shape(grad=grad, weight=weight, mask=mask)
-    check_same_device(grad=grad, weight=weight, mask=mask)
-    a = _check_alpha(alpha)
+    a = _check_meta(grad, weight, mask, alpha, same_dtype=False)
     if not use_triton(grad) or grad.numel() == 0:
         return masked_decay_nocheck_(grad.to(weight.dtype).contiguous(), weight, mask, a)
     out = torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)

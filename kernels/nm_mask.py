@@ -18,6 +18,11 @@ def nm_mask_reference(w: torch.Tensor, n: int, m: int, dim: int = -1) -> torch.T
     """``nm_mask`` in plain PyTorch: a stable descending sort of |w| in every group (ties to the
     lower index), the first n kept."""
     _check(w, n, m, dim)
+    return _stable_nm(w, n, m, dim)
+
+
+def _stable_nm(w: torch.Tensor, n: int, m: int, dim: int) -> torch.Tensor:
+    """The reference's computation without its checks (callers have validated)."""
     x = w.movedim(dim, -1)
     g = x.reshape(*x.shape[:-1], x.shape[-1] // m, m)
     mask = torch.zeros(g.shape, dtype=torch.bool, device=w.device)
@@ -43,8 +48,10 @@ def nm_mask(w: torch.Tensor, n: int, m: int, dim: int = -1) -> torch.Tensor:
     entry is counted against its group in registers); elsewhere :func:`nm_mask_reference`. The
     NaN/Inf scan of the input stays (one read and a host sync)."""
     _check(w, n, m, dim)
-    if n in (0, m) or not use_triton(w) or m & (m - 1):
-        return nm_mask_reference(w, n, m, dim) if n not in (0, m) else torch.full(w.shape, n == m, device=w.device)
+    if n in (0, m):
+        return torch.full(w.shape, n == m, device=w.device)
+    if not use_triton(w) or m & (m - 1):
+        return _stable_nm(w, n, m, dim)
     from kernels._flex_triton import fast_mask_triton
     from kernels.patterns import NM
 

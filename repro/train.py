@@ -98,7 +98,21 @@ def _to_device(tok: np.ndarray, device: torch.device) -> Batch:
     return t[:, :-1].contiguous(), t[:, 1:].contiguous()
 
 
-class SyntheticBatches:
+class _StepIndexed:
+    """Batches addressed by step (``self(step)``, so a resumed run sees the same data); iterating
+    yields steps 0, 1, 2, ..."""
+
+    def __call__(self, step: int) -> Batch:
+        raise NotImplementedError
+
+    def __iter__(self):
+        step = 0
+        while True:
+            yield self(step)
+            step += 1
+
+
+class SyntheticBatches(_StepIndexed):
     """Uniform random tokens [batch, seq] and their next tokens, for speed runs (no I/O, no loss signal)."""
 
     def __init__(self, vocab: int, batch: int, seq: int, seed: int = 0, device: torch.device | str = "cpu") -> None:
@@ -114,14 +128,8 @@ class SyntheticBatches:
         tok = _step_rng(self.seed, step).integers(0, self.vocab, size=(self.batch, self.seq + 1))
         return _to_device(tok, self.device)
 
-    def __iter__(self):
-        step = 0
-        while True:
-            yield self(step)
-            step += 1
 
-
-class TokenFileBatches:
+class TokenFileBatches(_StepIndexed):
     """Random windows of a flat token file (uint16/uint32 .bin, as nanoGPT's prepare scripts write).
 
     Each step draws ``batch`` window starts uniformly (with replacement) from (seed, step); the file
@@ -173,12 +181,6 @@ class TokenFileBatches:
         starts = _step_rng(self.seed, step).integers(0, self.n_tokens - self.seq, size=self.batch)
         tok = np.stack([self._data[s : s + self.seq + 1] for s in starts])
         return _to_device(tok, self.device)
-
-    def __iter__(self):
-        step = 0
-        while True:
-            yield self(step)
-            step += 1
 
 
 def synthetic_batches(

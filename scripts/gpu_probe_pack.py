@@ -103,28 +103,3 @@ for d in (768, 2048, 4096):
             print(f" d={d} {name}: {t.ms:.4f} ms, {nbytes / t.ms / 1e6:.0f} GB/s ({t.timer})", flush=True)
         except Exception as e:  # noqa: BLE001
             print(f" d={d} {name}: failed {type(e).__name__}: {str(e)[:120]}")
-
-print("== transposed views: strided loads vs coalesced load + in-kernel permute (TRANS_LOADS)", flush=True)
-import kernels._cslt_pack_triton as kpt  # noqa: E402
-
-for d in (2048, 4096):
-    w1 = torch.randn(4 * d, d, device=dev, generator=g)
-    m1 = transposable_mask(w1)
-    dh = torch.randn(8192, 4 * d, device=dev, dtype=bf, generator=g)
-    ref_pair = ref_mvue = None
-    for flag in (False, True):
-        kpt.TRANS_LOADS = flag
-        s0 = seed.clone()
-        pa = cslt_pack_pair(w1, m1, dtype=bf, check=False)
-        pm = cslt_pack_mvue_t(dh, s0)
-        if flag:
-            same = torch.equal(pa[1], ref_pair) and torch.equal(pm, ref_mvue)
-            print(f" d={d} permute path bit-equal to strided path: {same}")
-        else:
-            ref_pair, ref_mvue = pa[1], pm
-        for name, fn, nbytes in (
-            ("weight pair", partial(cslt_pack_pair, w1, m1, dtype=bf, check=False), w1.numel() * (4 + 1 + 2 * 1.125)),
-            ("fused mvue pack", partial(cslt_pack_mvue_t, dh, seed), dh.numel() * (2 + 1.125)),
-        ):
-            t = time_gpu(fn)
-            print(f" d={d} TRANS_LOADS={flag} {name}: {t.ms:.4f} ms, {nbytes / t.ms / 1e6:.0f} GB/s", flush=True)
