@@ -197,15 +197,55 @@ def pack_mvue_t_operand(x: torch.Tensor, seed_tensor: torch.Tensor) -> torch.Ten
     return cslt_pack_mvue_t(x, seed_tensor)
 
 
+_BIAS_FUSED: dict[tuple, bool] = {}
+
+
+def _bias_fuses(device: torch.device, dtype: torch.dtype, transpose_result: bool) -> bool:
+    """Whether cuSPARSELt's fused bias (``_cslt_sparse_mm(..., bias)``) adds one value per row of
+    A here, checked once per (device, dtype, layout) on a small problem against a separate add;
+    never during a graph capture (then False, uncached)."""
+    key = (str(device), dtype, transpose_result)
+    if key in _BIAS_FUSED:
+        return _BIAS_FUSED[key]
+    if torch.cuda.is_current_stream_capturing():
+        return False
+    g = torch.Generator(device=device).manual_seed(1)
+    a = torch.randn(64, 128, device=device, generator=g).to(dtype)
+    a = a * nm_mask(a, 2, 4)
+    b = torch.randn(128, 32, device=device, generator=g).to(dtype)
+    bias = torch.randn(64, device=device, generator=g).to(dtype)
+    packed = pack_operand(a)
+    try:
+        fused = torch._cslt_sparse_mm(packed, b, bias, transpose_result=transpose_result).float()
+        plain = torch._cslt_sparse_mm(packed, b, transpose_result=transpose_result).float()
+        plain += bias.float()[None, :] if transpose_result else bias.float()[:, None]
+        ok = bool(((fused - plain).abs() <= 1e-2 * plain.abs().max()).all())
+    except (RuntimeError, TypeError):
+        ok = False
+    _BIAS_FUSED[key] = ok
+    return ok
+
+
 def cslt_mm_packed(
-    packed: torch.Tensor, a_shape: tuple[int, int], b: torch.Tensor, *, transpose_result: bool = False
+    packed: torch.Tensor,
+    a_shape: tuple[int, int],
+    b: torch.Tensor,
+    *,
+    transpose_result: bool = False,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """A @ B on cuSPARSELt with A [m, k] = ``a_shape`` already packed (:func:`pack_operand`),
-    B [k, n]; the algorithm is searched once per problem and cached. ``transpose_result=True``
-    returns (A @ B).T, [n, m] row-major."""
+    """A @ B (+ bias, one value per row of A) on cuSPARSELt with A [m, k] = ``a_shape`` already
+    packed (:func:`pack_operand`), B [k, n]; the algorithm is searched once per problem and
+    cached. ``transpose_result=True`` returns (A @ B).T, [n, m] row-major. The bias goes into the
+    GEMM's epilogue where that was checked to give the same sums, else it is added afterwards."""
     key = ("mm", tuple(a_shape), tuple(b.shape), b.stride(), transpose_result, b.dtype, b.device.index)
     alg = _search_alg(packed, b, transpose_result, key)
-    return torch._cslt_sparse_mm(packed, b, transpose_result=transpose_result, alg_id=alg)
+    if bias is not None and _bias_fuses(b.device, b.dtype, transpose_result):
+        return torch._cslt_sparse_mm(packed, b, bias.to(b.dtype), transpose_result=transpose_result, alg_id=alg)
+    y = torch._cslt_sparse_mm(packed, b, transpose_result=transpose_result, alg_id=alg)
+    if bias is not None:
+        y.add_(bias.to(y.dtype)[None, :] if transpose_result else bias.to(y.dtype)[:, None])
+    return y
 
 
 def cslt_sparse_mm(a: torch.Tensor, b: torch.Tensor, *, transpose_result: bool = False) -> torch.Tensor:

@@ -163,9 +163,7 @@ class _SparseLinearFn(torch.autograd.Function):
                 packed, packed_t = pack_pair_operands(w, mask, dt)
             else:
                 packed = pack_operand(w, mask, dt)
-            y = cslt_mm_packed(packed, tuple(w.shape), x2d.t(), transpose_result=True)  # [T, out]
-            if bias is not None:
-                y.add_(bias.to(dt))
+            y = cslt_mm_packed(packed, tuple(w.shape), x2d.t(), transpose_result=True, bias=bias)  # [T, out]
         else:
             wm = torch.where(mask, weight.to(dt), 0.0)  # pruned weight, compute dtype
             y = torch.addmm(bias.to(dt), x2d, wm.t()) if bias is not None else x2d @ wm.t()

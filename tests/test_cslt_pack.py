@@ -216,3 +216,22 @@ def test_self_test_of_kernel_paths_passes(dname):
         assert not cp._self_test_paths(torch.device("cpu"), DTYPES[dname], g)
     finally:
         cp.cslt_pack_mvue_t = real
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("transpose_result", [False, True])
+def test_gpu_packed_mm_with_bias(transpose_result):
+    """cslt_mm_packed's bias (fused in the epilogue where checked, else added): one value per row
+    of A, in both output layouts, vs the float64 product."""
+    from kernels.sparse_gemm import cslt_mm_packed
+
+    gen = torch.Generator().manual_seed(17)
+    m, k, n = 256, 512, 128
+    a = torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda()
+    mask = rand24(m, k, gen, "cuda")
+    b = torch.randn(k, n, generator=gen).to(torch.bfloat16).cuda()
+    bias = torch.randn(m, generator=gen).cuda()  # float32, as an nn.Linear bias
+    y = cslt_mm_packed(cslt_pack(a, mask), (m, k), b, transpose_result=transpose_result, bias=bias)
+    ref = (a * mask).double() @ b.double() + bias.double()[:, None]
+    assert rel_err(y.t() if transpose_result else y, ref) < 1e-2
