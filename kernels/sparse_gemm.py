@@ -200,11 +200,11 @@ def pack_mvue_t_operand(x: torch.Tensor, seed_tensor: torch.Tensor) -> torch.Ten
 _BIAS_FUSED: dict[tuple, bool] = {}
 
 
-def _bias_fuses(device: torch.device, dtype: torch.dtype, transpose_result: bool) -> bool:
+def _bias_fuses(device: torch.device, dtype: torch.dtype, transpose_result: bool, b_row_major: bool) -> bool:
     """Whether cuSPARSELt's fused bias (``_cslt_sparse_mm(..., bias)``) adds one value per row of
-    A here, checked once per (device, dtype, layout) on a small problem against a separate add;
-    never during a graph capture (then False, uncached)."""
-    key = (str(device), dtype, transpose_result)
+    A here, checked once per (device, dtype, B and result layouts) on a small problem against a
+    separate add; never during a graph capture (then False, uncached)."""
+    key = (str(device), dtype, transpose_result, b_row_major)
     if key in _BIAS_FUSED:
         return _BIAS_FUSED[key]
     if torch.cuda.is_current_stream_capturing():
@@ -213,6 +213,8 @@ def _bias_fuses(device: torch.device, dtype: torch.dtype, transpose_result: bool
     a = torch.randn(64, 128, device=device, generator=g).to(dtype)
     a = a * nm_mask(a, 2, 4)
     b = torch.randn(128, 32, device=device, generator=g).to(dtype)
+    if not b_row_major:
+        b = b.t().contiguous().t()
     bias = torch.randn(64, device=device, generator=g).to(dtype)
     packed = pack_operand(a)
     try:
@@ -240,7 +242,7 @@ def cslt_mm_packed(
     GEMM's epilogue where that was checked to give the same sums, else it is added afterwards."""
     key = ("mm", tuple(a_shape), tuple(b.shape), b.stride(), transpose_result, b.dtype, b.device.index)
     alg = _search_alg(packed, b, transpose_result, key)
-    if bias is not None and _bias_fuses(b.device, b.dtype, transpose_result):
+    if bias is not None and _bias_fuses(b.device, b.dtype, transpose_result, b.is_contiguous()):
         return torch._cslt_sparse_mm(packed, b, bias.to(b.dtype), transpose_result=transpose_result, alg_id=alg)
     y = torch._cslt_sparse_mm(packed, b, transpose_result=transpose_result, alg_id=alg)
     if bias is not None:

@@ -118,6 +118,18 @@ class _Plan:
     cslt: bool
     checks: bool
     device_type: str
+    col_out: bool = False
+
+
+OUTPUT_LAYOUTS = ("row", "col")
+"""Valid ``output_layout`` values of :class:`SparseLinear`."""
+
+
+def _as_2d(t: torch.Tensor, features: int) -> torch.Tensor:
+    """``t`` as [tokens, features] without a copy where it is row-major or column-major (the
+    layouts cuSPARSELt and our packer read directly), else a row-major copy."""
+    t2 = t.reshape(-1, features)
+    return t2 if t2.is_contiguous() or t2.t().is_contiguous() else t2.contiguous()
 
 
 def _fst_weight_grad(dy2d: torch.Tensor, x2d: torch.Tensor, seed: torch.Tensor, plan: _Plan) -> torch.Tensor:
@@ -150,12 +162,15 @@ def _fst_weight_grad(dy2d: torch.Tensor, x2d: torch.Tensor, seed: torch.Tensor, 
 
 class _SparseLinearFn(torch.autograd.Function):
     """Y = X (W*M)^T + b with the backward of the mode; autocast is off inside (inputs arrive in
-    the compute dtype; the master weight is cast here so dW and the decay come out in its dtype)."""
+    the compute dtype; the master weight is cast here so dW and the decay come out in its dtype).
+
+    Layouts: X may be row- or column-major (both read without a copy); Y is column-major (a
+    transposed view of a contiguous [out, T] buffer) when ``plan.col_out``; dX has X's layout."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, mask, seed, plan):
         dt = x.dtype
-        x2d = x.reshape(-1, x.shape[-1]).contiguous()
+        x2d = _as_2d(x, x.shape[-1])
         wm = packed_t = None
         if plan.cslt:  # pack W*M (and (W*M)^T for dX) in one pass over the master weight
             w = weight.detach()
@@ -163,13 +178,21 @@ class _SparseLinearFn(torch.autograd.Function):
                 packed, packed_t = pack_pair_operands(w, mask, dt)
             else:
                 packed = pack_operand(w, mask, dt)
-            y = cslt_mm_packed(packed, tuple(w.shape), x2d.t(), transpose_result=True, bias=bias)  # [T, out]
+            # [T, out], or [out, T] (transposed back to a view below) for a column-major output
+            y = cslt_mm_packed(packed, tuple(w.shape), x2d.t(), transpose_result=not plan.col_out, bias=bias)
+            if plan.col_out:
+                y = y.t()
         else:
             wm = torch.where(mask, weight.to(dt), 0.0)  # pruned weight, compute dtype
-            y = torch.addmm(bias.to(dt), x2d, wm.t()) if bias is not None else x2d @ wm.t()
+            if plan.col_out:
+                yt = torch.addmm(bias.to(dt)[:, None], wm, x2d.t()) if bias is not None else wm @ x2d.t()
+                y = yt.t()
+            else:
+                y = torch.addmm(bias.to(dt), x2d, wm.t()) if bias is not None else x2d @ wm.t()
         ctx.save_for_backward(x2d, wm, packed_t, weight, mask, seed)
         ctx.plan = plan
         ctx.dt = dt
+        ctx.x_col = not x2d.is_contiguous()
         ctx.x_shape = x.shape
         ctx.bias_dtype = None if bias is None else bias.dtype
         return y.reshape(*x.shape[:-1], weight.shape[0])
@@ -181,17 +204,18 @@ class _SparseLinearFn(torch.autograd.Function):
         plan: _Plan = ctx.plan
         out_f, in_f = weight.shape
         with _no_autocast(plan.device_type):
-            dy2d = dy.reshape(-1, out_f).to(ctx.dt).contiguous()
+            dy2d = _as_2d(dy, out_f).to(ctx.dt)  # .to keeps the layout
             if plan.checks:
                 check_tensor("grad_output", dy2d)
             dx = dw = db = None
             if ctx.needs_input_grad[0]:
                 if packed_t is not None:  # (W*M)^T [in, out] is 2:4 along out, packed in the forward
-                    dx = cslt_mm_packed(packed_t, (in_f, out_f), dy2d.t(), transpose_result=True)
+                    dx = cslt_mm_packed(packed_t, (in_f, out_f), dy2d.t(), transpose_result=not ctx.x_col)
+                    dx = dx.t() if ctx.x_col else dx  # dX in X's layout
                 else:
                     if wm is None:
                         wm = torch.where(mask, weight.to(ctx.dt), 0.0)
-                    dx = dy2d @ wm
+                    dx = (wm.t() @ dy2d.t()).t() if ctx.x_col else dy2d @ wm
                 dx = dx.reshape(ctx.x_shape)
             if ctx.needs_input_grad[1]:
                 dw = _fst_weight_grad(dy2d, x2d, seed, plan) if plan.mode == "fst" else dy2d.t() @ x2d
@@ -221,6 +245,14 @@ class SparseLinear(nn.Linear):
 
     The masked decay is added to the gradient in every backward: with k micro-batches of
     gradient accumulation per optimizer step it counts k times (pass ``decay / k``).
+
+    ``output_layout="col"`` makes the sparse forward write its output column-major (a transposed
+    view of a contiguous [out, tokens] buffer; same values and shape). Fully sparse training
+    wants that for the FFN's first linear (Hu et al. App. A.3): the activation runs over it
+    element-wise, the second linear reads it as its GEMM operand without a copy, and in the
+    backward the gradient arrives column-major too, so MVUE + packing of dY^T read rows instead
+    of strided columns. Inputs may be row- or column-major; dX comes back in the input's layout.
+    Dense mode and the dense phase return nn.Linear's row-major output.
     """
 
     def __init__(
@@ -236,6 +268,7 @@ class SparseLinear(nn.Linear):
         track_flip: bool = True,
         checks: bool = True,
         seed: int | None = None,
+        output_layout: str = "row",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -280,6 +313,7 @@ class SparseLinear(nn.Linear):
             names = ", ".join(_dtype_name(d) for d in FLOAT_DTYPES)
             raise TypeError(f"mode={mode!r} needs a weight dtype among {names}, got {_dtype_name(self.weight.dtype)}")
         self.mode = mode
+        self.output_layout = output_layout
         self.mask_interval = mask_interval
         self.decay = float(decay)
         self.dense_fraction = float(dense_fraction)
@@ -323,6 +357,17 @@ class SparseLinear(nn.Linear):
         if self.mode != "dense":
             s += f", mask_interval={self.mask_interval}, decay={self.decay:g}, dense_fraction={self.dense_fraction:g}"
         return s
+
+    @property
+    def output_layout(self) -> str:
+        """ "row" (nn.Linear's) or "col": the memory layout of the sparse forward's output."""
+        return self._output_layout
+
+    @output_layout.setter
+    def output_layout(self, value: str) -> None:
+        if not isinstance(value, str) or value not in OUTPUT_LAYOUTS:
+            raise ValueError(f"output_layout must be one of {OUTPUT_LAYOUTS}, got {value!r}")
+        self._output_layout = value
 
     @property
     def is_dense(self) -> bool:
@@ -558,7 +603,7 @@ class SparseLinear(nn.Linear):
             else:
                 self._ensure_mask()
                 mask = self._mask
-        plan = _Plan(self.mode, self.decay, reason is None, checks, dev)
+        plan = _Plan(self.mode, self.decay, reason is None, checks, dev, self._output_layout == "col")
         with _no_autocast(dev):
             return _SparseLinearFn.apply(x, self.weight, self.bias, mask, self.mvue_seed, plan)
 
@@ -569,4 +614,4 @@ def _after_load_state_dict(module: nn.Module, incompatible_keys: object) -> None
         module.refresh_mask()
 
 
-__all__ = ["FAST_PATH", "MODES", "SparseLinear"]
+__all__ = ["FAST_PATH", "MODES", "OUTPUT_LAYOUTS", "SparseLinear"]

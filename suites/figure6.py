@@ -4,10 +4,15 @@ block (n = 2048, 1024, 512), against batch size N and embedding size d; plus a p
 breakdown of the ``fst`` FFN (GEMMs, operand packing, MVUE, activation, masked decay; torch's
 ``_cslt_compress`` of the same operands beside our packer, for comparison).
 
-Every call is captured in a CUDA graph and its replays timed (the cuSPARSELt host overhead of
-0.6-1 ms per call would otherwise hide the device-time gain; the dense baseline is captured the
-same way). Before timing, every sparse module's output and input gradient are checked against a
-float32 dense twin whose weights are multiplied by the same masks. bf16 throughout.
+Mixed precision as in the paper (float32 master weights, bf16 autocast; every call casts or packs
+its weights afresh, as a training step does after its update). The fst FFN keeps its inner
+activation column-major (Hu et al. App. A.3). Every call is captured in a CUDA graph and its
+replays timed (the cuSPARSELt host overhead of 0.6-1 ms per call would otherwise hide the
+device-time gain; the dense baseline is captured the same way). Before timing, every sparse
+module's output and input gradient are checked against a float32 dense twin whose weights are
+multiplied by the same masks. Beside each measured S: the GEMM-level ceiling (the dense time with
+the FFN's six GEMMs replaced by their 2:4 counterparts, timed alone), the most S can reach while
+attention, norms and activations stay as they are.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from repro.models.gpt2 import GPT2Config, block, mlp
 from repro.paper import load_paper
 from repro.plots import new_figure, save
 from repro.suite import RunContext
-from suites._training_bench import check_against_twin, factory, fwd_bwd, mode_config
+from suites._training_bench import AMP_DTYPE, check_against_twin, factory, ffn_gemm_times, fwd_bwd, mode_config
 
 NAME = "figure6"
 PAPER = "hu2024"
@@ -59,10 +64,20 @@ def _cfg(d: int, n: int) -> GPT2Config:
     return GPT2Config(d_model=d, n_layer=1, n_head=max(1, d // 64), seq_len=n, vocab_size=256)
 
 
+def _act_dtype(device: torch.device) -> torch.dtype:
+    """Dtype of activations and gradients: bf16 under autocast on CUDA; float32 on CPU smoke runs."""
+    return AMP_DTYPE if device.type == "cuda" else torch.float32
+
+
+def _dtype_label(device: torch.device) -> str:
+    return "bf16-amp" if device.type == "cuda" else "fp32"
+
+
 def _build(kind: str, cfg: GPT2Config, mode: str, device: torch.device) -> torch.nn.Module:
+    """The module in float32 (master weights; the timed call runs it under autocast)."""
     cfg = mode_config(cfg, mode)
     mod = block(cfg, linear_factory=factory(mode)) if kind == "block" else mlp(cfg, linear_factory=factory(mode))
-    return mod.to(device=device, dtype=torch.bfloat16)
+    return mod.to(device=device)
 
 
 def _dense_builder(kind: str, cfg: GPT2Config):
@@ -71,12 +86,16 @@ def _dense_builder(kind: str, cfg: GPT2Config):
 
 
 def _measure(ctx: RunContext, kind: str, cfg: GPT2Config, batch: int, n: int, modes) -> dict[str, float]:
-    """Check, then time, fwd+bwd of the dense module and each mode's; returns ms per mode."""
+    """Check, then time, fwd+bwd of the dense module and each mode's; then the GEMM-level ceiling
+    of fst: the dense time with the FFN's six dense GEMMs swapped for their 2:4 counterparts
+    (timed alone), i.e. S if packing, MVUE and masked decay cost nothing. Returns ms per mode."""
     gen = torch.Generator(device=ctx.device).manual_seed(1)
-    d = cfg.d_model
-    x = torch.randn(batch, n, d, device=ctx.device, dtype=torch.bfloat16, generator=gen).requires_grad_(True)
-    dy = torch.randn(batch, n, d, device=ctx.device, dtype=torch.bfloat16, generator=gen) * 0.1
+    d, dt, label_dt = cfg.d_model, _act_dtype(ctx.device), _dtype_label(ctx.device)
+    x = torch.randn(batch, n, d, device=ctx.device, dtype=dt, generator=gen).requires_grad_(True)
+    dy = torch.randn(batch, n, d, device=ctx.device, dtype=dt, generator=gen) * 0.1
     label = f"{kind} d={d} n={n} N={batch}"
+    shape = f"{kind}/d={d}/n={n}/N={batch}"
+    add = partial(ctx.results.add, shape=shape, dtype=label_dt, verified=True)
     ms = {}
     for mode in ("dense", *modes):
         torch.manual_seed(0)
@@ -84,89 +103,84 @@ def _measure(ctx: RunContext, kind: str, cfg: GPT2Config, batch: int, n: int, mo
         if mode in ("fst", "weight24", "srste"):
             e_out, e_dx = check_against_twin(mod, _dense_builder(kind, cfg), x, dy)
             ctx.check(e_out <= TOL["out"] and e_dx <= TOL["dx"], f"{label} {mode}: out {e_out:.2e} dx {e_dx:.2e}")
-            shape = f"{kind}/d={d}/n={n}/N={batch}"
-            ctx.results.add(mode, shape, "bf16", "out_rel_err_vs_masked_dense", e_out, "", verified=True)
-            ctx.results.add(mode, shape, "bf16", "dx_rel_err_vs_masked_dense", e_dx, "", verified=True)
+            add(method=mode, metric="out_rel_err_vs_masked_dense", value=e_out, unit="")
+            add(method=mode, metric="dx_rel_err_vs_masked_dense", value=e_dx, unit="")
         t = ctx.time(fwd_bwd(mod, x, dy))
         ms[mode] = t.ms
-        shape = f"{kind}/d={d}/n={n}/N={batch}"
-        ctx.results.add(mode, shape, "bf16", "fwd_bwd_time", t.ms, "ms", verified=True, timer=t.timer)
+        add(method=mode, metric="fwd_bwd_time", value=t.ms, unit="ms", timer=t.timer)
         del mod
     for mode in modes:
-        shape = f"{kind}/d={d}/n={n}/N={batch}"
-        ctx.results.add(mode, shape, "bf16", "speedup_vs_dense", ms["dense"] / ms[mode], "x", verified=True)
-    ctx.log(f"{label:>28s}: dense {ms['dense']:.3f} ms; " + ", ".join(f"{m} {ms['dense'] / ms[m]:.2f}x" for m in modes))
+        add(method=mode, metric="speedup_vs_dense", value=ms["dense"] / ms[mode], unit="x")
+    msg = f"{label:>28s}: dense {ms['dense']:.3f} ms; " + ", ".join(f"{m} {ms['dense'] / ms[m]:.2f}x" for m in modes)
+    gemms = ffn_gemm_times(ctx, d, cfg.ffn_hidden, batch * n) if "fst" in modes else None
+    if gemms is not None:
+        g_dense, g_sparse = gemms
+        ceiling = ms["dense"] / (ms["dense"] - g_dense + g_sparse)
+        add(method="dense", metric="ffn_gemms_time", value=g_dense, unit="ms")
+        add(method="fst", metric="ffn_gemms_time", value=g_sparse, unit="ms")
+        add(method="fst", metric="gemm_ceiling_speedup", value=ceiling, unit="x")
+        msg += f" (GEMM-level ceiling {ceiling:.2f}x: GEMMs {g_dense:.3f} -> {g_sparse:.3f} ms)"
+    ctx.log(msg)
     return ms
 
 
 def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
-    """Device time of each part of the fst FFN's fwd+bwd, timed on its own (graph replays)."""
+    """Device time of each part of the fst FFN's fwd+bwd, timed on its own (graph replays), beside
+    what the dense FFN pays in their place under mixed precision (weight casts)."""
     from kernels.cslt_pack import cslt_pack_mvue_t
-    from kernels.masked_decay import masked_decay_nocheck_
-    from kernels.mvue import mvue24_nocheck, mvue24_seed_tensor
-    from kernels.sparse_gemm import cslt_mm_packed, cslt_refusal, pack_operand, pack_pair_operands
+    from kernels.masked_decay import masked_decay_cast_nocheck
+    from kernels.mvue import mvue24_seed_tensor
+    from kernels.sparse_gemm import pack_pair_operands
+    from kernels.transposable import transposable_mask
 
-    dev, bf = ctx.device, torch.bfloat16
+    dev, bf = ctx.device, AMP_DTYPE
     t_tok, f = batch * n, 4 * d
-    if cslt_refusal(f, d, t_tok, bf, dev) is not None:
+    gemms = ffn_gemm_times(ctx, d, f, t_tok)
+    if gemms is None:
         return
     g = torch.Generator(device=dev).manual_seed(2)
     w1 = torch.randn(f, d, device=dev, generator=g)  # float32 master weights, as in training
     w2 = torch.randn(d, f, device=dev, generator=g)
-    from kernels.transposable import transposable_mask
-
     m1, m2 = transposable_mask(w1), transposable_mask(w2)
-    x = torch.randn(t_tok, d, device=dev, dtype=bf, generator=g)
     h = torch.randn(t_tok, f, device=dev, dtype=bf, generator=g)
+    h_col = h.t().contiguous().t()  # the fst FFN's layout of H, G, dG and dH
     dy = torch.randn(t_tok, d, device=dev, dtype=bf, generator=g)
     dh = torch.randn(t_tok, f, device=dev, dtype=bf, generator=g)
+    dh_col = dh.t().contiguous().t()
     seed = mvue24_seed_tensor(dev)
-    dyt = mvue24_nocheck(dy.t().contiguous(), seed_tensor=seed)  # [d, T] 2:4 along T
-    dht = mvue24_nocheck(dh.t().contiguous(), seed_tensor=seed)
-    (q1, q1t), (q2, q2t) = pack_pair_operands(w1, m1, bf), pack_pair_operands(w2, m2, bf)
-    qy, qh = pack_operand(dyt), pack_operand(dht)
-    gemms = [  # fwd fc, fwd proj, dX proj, dX fc, dW proj, dW fc (operands packed already)
-        partial(cslt_mm_packed, q1, (f, d), x.t(), transpose_result=True),
-        partial(cslt_mm_packed, q2, (d, f), h.t(), transpose_result=True),
-        partial(cslt_mm_packed, q2t, (f, d), dy.t(), transpose_result=True),
-        partial(cslt_mm_packed, q1t, (d, f), dh.t(), transpose_result=True),
-        partial(cslt_mm_packed, qy, (d, t_tok), h),
-        partial(cslt_mm_packed, qh, (f, t_tok), x),
-    ]
-    w1b, w2b = w1.to(bf), w2.to(bf)
-    dense = [
-        partial(torch.matmul, x, w1b.t()),
-        partial(torch.matmul, h, w2b.t()),
-        partial(torch.matmul, dy, w2b),
-        partial(torch.matmul, dh, w1b),
-        partial(torch.matmul, dy.t(), h),
-        partial(torch.matmul, dh.t(), x),
-    ]
-    p1, p2 = (w1 * m1).to(bf), (w2 * m2).to(bf)
-    p1t, p2t = p1.t().contiguous(), p2.t().contiguous()
-    gw1, gw2 = torch.zeros_like(w1), torch.zeros_like(w2)
-    parts = {
-        "sparse_gemms": lambda: [fn() for fn in gemms],
-        "pack_weights": lambda: (pack_pair_operands(w1, m1, bf), pack_pair_operands(w2, m2, bf)),
-        "mvue_and_pack_grads": lambda: (cslt_pack_mvue_t(dy, seed), cslt_pack_mvue_t(dh, seed)),
-        "pack_grads_alone": lambda: (pack_operand(dyt), pack_operand(dht)),
-        "torch_cslt_compress_same_operands": lambda: [torch._cslt_compress(a) for a in (p1, p2, p1t, p2t, dyt, dht)],
-        "mvue_alone_unfused": lambda: (
-            mvue24_nocheck(dy.t().contiguous(), seed_tensor=seed),
-            mvue24_nocheck(dh.t().contiguous(), seed_tensor=seed),
+    gw1 = torch.randn(f, d, device=dev, dtype=bf, generator=g)  # dW from the GEMMs, bf16
+    gw2 = torch.randn(d, f, device=dev, dtype=bf, generator=g)
+    parts = {  # (method, part): fn
+        ("fst", "pack_weights_from_fp32"): lambda: (pack_pair_operands(w1, m1, bf), pack_pair_operands(w2, m2, bf)),
+        ("fst", "mvue_pack_dY_row_major"): lambda: cslt_pack_mvue_t(dy, seed),
+        ("fst", "mvue_pack_dH_col_major"): lambda: cslt_pack_mvue_t(dh_col, seed),
+        ("fst", "mvue_pack_dH_if_row_major"): lambda: cslt_pack_mvue_t(dh, seed),
+        ("fst", "masked_decay_and_grad_cast"): lambda: (
+            masked_decay_cast_nocheck(gw1, w1, m1, 6e-5),
+            masked_decay_cast_nocheck(gw2, w2, m2, 6e-5),
         ),
-        "activation_fwd_bwd": lambda: (
+        ("fst", "torch_cslt_compress_of_weights"): lambda: [
+            torch._cslt_compress(a) for a in ((w1 * m1).to(bf), (w2 * m2).to(bf))
+        ],
+        ("fst", "activation_fwd_bwd_col_major"): lambda: (
+            torch.nn.functional.gelu(h_col, approximate="tanh"),
+            torch.ops.aten.gelu_backward(dh_col, h_col, approximate="tanh"),
+        ),
+        ("dense", "activation_fwd_bwd"): lambda: (
             torch.nn.functional.gelu(h, approximate="tanh"),
             torch.ops.aten.gelu_backward(dh, h, approximate="tanh"),
         ),
-        "masked_decay": lambda: (masked_decay_nocheck_(gw1, w1, m1, 6e-5), masked_decay_nocheck_(gw2, w2, m2, 6e-5)),
-        "dense_gemms": lambda: [fn() for fn in dense],
+        ("dense", "weight_and_grad_casts"): lambda: (w1.to(bf), w2.to(bf), gw1.float(), gw2.float()),
     }
     shape = f"ffn/d={d}/n={n}/N={batch}"
-    for part, fn in parts.items():
+    add = partial(ctx.results.add, shape=shape, dtype=_dtype_label(dev), verified=True, unit="ms")
+    add(method="dense", metric="part_gemms", value=gemms[0])
+    add(method="fst", metric="part_gemms", value=gemms[1])
+    ctx.log(f"   breakdown {shape} gemms: dense {gemms[0]:.3f} ms, fst {gemms[1]:.3f} ms")
+    for (method, part), fn in parts.items():
         t = ctx.time(fn)
-        ctx.results.add("fst", shape, "bf16", f"part_{part}", t.ms, "ms", verified=True, timer=t.timer)
-        ctx.log(f"   breakdown {shape} {part}: {t.ms:.3f} ms")
+        add(method=method, metric=f"part_{part}", value=t.ms, timer=t.timer)
+        ctx.log(f"   breakdown {shape} {method} {part}: {t.ms:.3f} ms")
 
 
 def run(ctx: RunContext) -> None:
@@ -197,11 +211,14 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
     paper = load_paper(ARTIFACT, PAPER)
     pv = {r.metric: r.value for r in paper.itertuples()}
     s = df[df["metric"] == "speedup_vs_dense"]
+    ceil = df[df["metric"] == "gemm_ceiling_speedup"].groupby("shape")["value"].first().to_dict()
     rows = []
     for (shape, method), v in s.groupby(["shape", "method"])["value"].first().items():
         info = _parse(shape)
         paper_val = pv.get("ffn_speedup_max") if info["kind"] == "ffn" else pv.get("block_speedup_typical")
-        rows.append({**info, "method": method, "speedup": v, "paper (RTX 3090)": paper_val})
+        row = {**info, "method": method, "speedup": v, "paper (RTX 3090)": paper_val}
+        row["gemm_ceiling"] = ceil.get(shape, float("nan")) if method == "fst" else float("nan")
+        rows.append(row)
     if not rows:
         return pd.DataFrame()
     t = pd.DataFrame(rows)
@@ -216,7 +233,10 @@ def summary(df: pd.DataFrame) -> str:
     for kind, target in (("ffn", "paper up to 1.5x"), ("block", "paper ~1.2x")):
         sub = t[(t["kind"] == kind) & (t["method"] == "fst")]
         if not sub.empty:
-            parts.append(f"fst {kind}: {sub['speedup'].min():.2f}-{sub['speedup'].max():.2f}x ({target})")
+            msg = f"fst {kind}: {sub['speedup'].min():.2f}-{sub['speedup'].max():.2f}x ({target}"
+            c = sub["gemm_ceiling"].dropna()
+            msg += f"; GEMM-level ceiling {c.min():.2f}-{c.max():.2f}x)" if not c.empty else ")"
+            parts.append(msg)
     return "; ".join(parts) or "see page"
 
 
@@ -229,13 +249,15 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
         if n is not None:
             sub = sub[sub["n"] == n]
         for d, g in sub.groupby("d"):
-            ax.plot(g["N"], g["speedup"], marker="o", label=f"d={d}")
+            (line,) = ax.plot(g["N"], g["speedup"], marker="o", label=f"d={d}")
+            if g["gemm_ceiling"].notna().any():
+                ax.plot(g["N"], g["gemm_ceiling"], ls=":", color=line.get_color(), lw=0.9)
         ax.axhline(1.0, color="grey", lw=0.8)
         paper = 1.5 if kind == "ffn" else 1.2
         ax.axhline(paper, color="black", ls="--", lw=0.8, label=f"paper ({'max' if kind == 'ffn' else 'typical'})")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size N")
-        ax.set_ylabel("S = dense / fst (fwd+bwd)")
+        ax.set_ylabel("S = dense / fst (fwd+bwd); dotted: GEMM-level ceiling")
         ax.set_title(f"FFN, n={FFN_N}" if kind == "ffn" else f"block, n={n}")
         ax.legend(fontsize=6)
     dev, prof = df["device"].iloc[0], df["profile"].iloc[0]

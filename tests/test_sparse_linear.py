@@ -115,6 +115,69 @@ def test_forward_backward_match_reference(mode, bias):
         assert layer.mvue_seed is None
 
 
+def _col_major(t: torch.Tensor) -> torch.Tensor:
+    """The same values stored column-major: ``t.movedim(-1, 0)`` contiguous."""
+    return t.movedim(-1, 0).contiguous().movedim(0, -1)
+
+
+def _is_col_major(t: torch.Tensor) -> bool:
+    return t.movedim(-1, 0).is_contiguous() and not t.is_contiguous()
+
+
+@pytest.mark.parametrize("mode", SPARSE_MODES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_column_major_output_and_input_same_math(mode, bias):
+    """output_layout="col" writes the same values column-major; a column-major input (and
+    column-major grad_output) gives the same values, dX comes back in the input's layout."""
+    torch.manual_seed(1)
+    layer = SparseLinear(32, 16, bias=bias, mode=mode, decay=0.05)
+    x, dy = _data((2, 4, 32), 16, seed=2)
+    seed = None if layer.mvue_seed is None else int(layer.mvue_seed)
+    ref = _reference(layer, x, dy, layer.mask, seed)
+    for layout in ("row", "col"):
+        for x_in, dy_in in ((x, dy), (_col_major(x), _col_major(dy))):
+            layer.output_layout = layout
+            layer.weight.grad = None
+            if layer.bias is not None:
+                layer.bias.grad = None
+            if seed is not None:
+                layer.mvue_seed.fill_(seed)
+            xi = x_in.detach().clone(memory_format=torch.preserve_format).requires_grad_(True)
+            y = layer(xi)
+            assert _is_col_major(y) == (layout == "col") and y.shape == (2, 4, 16)
+            y.backward(dy_in)
+            got = (y, xi.grad, layer.weight.grad, None if layer.bias is None else layer.bias.grad)
+            for out, want in zip(got, ref, strict=True):
+                if out is not None:
+                    assert_close_rel(out, want, 1e-6)
+
+
+def test_output_layout_validated_and_dense_phase_is_row_major():
+    with pytest.raises(ValueError, match="output_layout"):
+        SparseLinear(16, 8, mode="fst", output_layout="diag")
+    layer = SparseLinear(16, 8, mode="fst", output_layout="col")
+    with pytest.raises(ValueError, match="output_layout"):
+        layer.output_layout = "columns"
+    layer.set_dense(True)
+    assert layer(torch.randn(4, 16)).is_contiguous()
+
+
+def test_mlp_first_linear_writes_column_major():
+    """The GPT-2 and Llama FFN builders ask their first linear(s) for a column-major output."""
+    from repro.models.gpt2 import GPT2Config, mlp
+    from repro.models.llama import LlamaConfig, SwiGLU
+
+    cfg = GPT2Config(d_model=32, n_layer=1, n_head=2, vocab_size=64, seq_len=8, ffn_mode="fst")
+    m = mlp(cfg)
+    assert m.fc.output_layout == "col" and m.proj.output_layout == "row"
+    x = torch.randn(2, 8, 32, requires_grad=True)
+    m(x).sum().backward()
+    assert torch.isfinite(x.grad).all()
+    lc = LlamaConfig(hidden=32, ffn=64, layers=1, heads=2, vocab=64, seq_len=8)
+    s = SwiGLU(lc, linear_factory=lambda i, o, bias=False: SparseLinear(i, o, bias=bias, mode="fst"))
+    assert s.gate.output_layout == s.up.output_layout == "col" and s.down.output_layout == "row"
+
+
 def test_fst_token_count_not_multiple_of_4_is_padded():
     torch.manual_seed(3)
     layer = SparseLinear(16, 8, mode="fst", decay=0.01)
@@ -677,6 +740,42 @@ def test_cusparselt_matches_fallback(mode, dtype, checks):
         assert_close_rel(results[True][0], ry, 2e-2)
         assert_close_rel(results[True][1], rdx, 2e-2)
         assert_close_rel(results[True][2], rdw, 2e-2)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("mode", SPARSE_MODES)
+def test_cusparselt_column_major_layouts_match_row_major(mode):
+    """On cuSPARSELt: column-major output (transpose_result off, bias per row in the epilogue),
+    column-major input (B read without a copy), column-major grad_output (MVUE packed from
+    rows) give what the row-major path gives (same mask and MVUE seed)."""
+    from kernels.sparse_gemm import cusparselt_available
+
+    if not cusparselt_available():
+        pytest.skip("torch has no cuSPARSELt")
+    layer = _gpu_layer(mode)
+    g = torch.Generator(device="cuda").manual_seed(25)
+    x = torch.randn(2, 64, 512, device="cuda", dtype=torch.bfloat16, generator=g)
+    dy = torch.randn(2, 64, 256, device="cuda", dtype=torch.bfloat16, generator=g)
+    results = {}
+    for layout in ("row", "col"):
+        for inp in ("row", "col"):
+            layer.output_layout = layout
+            layer.weight.grad = layer.bias.grad = None
+            if layer.mvue_seed is not None:
+                layer.mvue_seed.fill_(99)
+            xi = (x if inp == "row" else _col_major(x)).clone(memory_format=torch.preserve_format)
+            dyi = dy if inp == "row" else _col_major(dy)
+            xi.requires_grad_(True)
+            y = layer(xi)
+            assert layer.backend == "cusparselt", layer.fallback_reason
+            assert _is_col_major(y) == (layout == "col")
+            y.backward(dyi)
+            results[layout, inp] = [t.float() for t in (y, xi.grad, layer.weight.grad, layer.bias.grad)]
+    for key, res in results.items():
+        for a, b in zip(res, results["row", "row"], strict=True):
+            assert torch.isfinite(a).all(), key
+            assert_close_rel(a, b, 1e-2)
 
 
 @pytest.mark.gpu

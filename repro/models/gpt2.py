@@ -50,6 +50,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from repro.models._layout import prefer_col_major_output
+
 __all__ = [
     "CONFIGS",
     "CausalSelfAttention",
@@ -269,6 +271,7 @@ class GPT2MLP(nn.Module):
         self.approximate = cfg.gelu_approximate
         self.fc = _make_linear(f, cfg.d_model, cfg.fc_out, cfg.bias, "mlp.fc")
         self.proj = _make_linear(f, cfg.ffn_hidden, cfg.d_model, cfg.bias, "mlp.proj")
+        prefer_col_major_output(self.fc)
         self.drop = nn.Dropout(cfg.dropout)
         self._gated: Callable[[torch.Tensor], torch.Tensor] | None = None
         if self.kind in ("geglu", "swiglu"):

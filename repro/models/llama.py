@@ -40,6 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from repro.models._layout import prefer_col_major_output
+
 __all__ = [
     "CONFIGS",
     "Attention",
@@ -250,6 +252,8 @@ class SwiGLU(nn.Module):
         self.gate = make(cfg.hidden, cfg.ffn)
         self.up = make(cfg.hidden, cfg.ffn)
         self.down = make(cfg.ffn, cfg.hidden)
+        for m in (self.gate, self.up):  # column-major inner activations
+            prefer_col_major_output(m)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.silu(self.gate(x)) * self.up(x))
