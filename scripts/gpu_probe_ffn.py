@@ -1,0 +1,51 @@
+"""GPU probe (device tool): figure6's FFN measurement and breakdown at a few shapes, to check the
+fst FFN (column-major inner activation, fused bias, mixed precision) before a full campaign.
+    usage: python3 scripts/gpu_probe_ffn.py [d:N ...]   (default 2048:4 4096:4 4096:8 1280:4)"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+
+from repro.timing import time_fn
+from suites import figure6
+
+
+class _Results:
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def add(self, method=None, shape=None, dtype=None, metric=None, value=None, unit="", **kw) -> None:
+        self.rows.append({"method": method, "shape": shape, "metric": metric, "value": value, "unit": unit})
+
+
+class _Ctx:
+    def __init__(self) -> None:
+        self.device = torch.device("cuda")
+        self.results = _Results()
+        self.t0 = time.perf_counter()
+
+    def log(self, msg: str) -> None:
+        print(f"[{time.perf_counter() - self.t0:6.1f}s] {msg}", flush=True)
+
+    def time(self, fn, graph: bool = True, **kw):
+        return time_fn(fn, self.device, graph=graph, **kw)
+
+    def check(self, ok: bool, what: str) -> None:
+        print(("ok   " if ok else "FAIL ") + what, flush=True)
+
+
+def main() -> None:
+    shapes = [tuple(int(v) for v in a.split(":")) for a in sys.argv[1:]] or [(2048, 4), (4096, 4), (4096, 8), (1280, 4)]
+    ctx = _Ctx()
+    n = figure6.FFN_N
+    for d, batch in shapes:
+        figure6._measure(ctx, "ffn", figure6._cfg(d, n), batch, n, ("fst", "weight24", "half"))
+        figure6._breakdown(ctx, d, batch, n)
+    figure6._measure(ctx, "block", figure6._cfg(1600, 2048), 8, 2048, ("fst",))
+
+
+if __name__ == "__main__":
+    main()
