@@ -1,6 +1,6 @@
 """Shared pieces of the 2:4 training-speed suites (figure6, table8): layer factories per mode, the
 fwd+bwd call that gets graph-captured, the correctness check every timed module passes first, and
-the six FFN GEMMs timed dense and 2:4 on their own (the GEMM-level ceiling of any speedup).
+the GEMM-level ceiling of fst (:class:`Gemm24Only`).
 
 Modes: ``dense`` (nn.Linear), ``half`` (dense, FFN inner width halved: the iso-FLOP baseline) and
 the SparseLinear modes ``fst``, ``weight24``, ``srste``. Sparse layers run with ``checks=False``
@@ -19,12 +19,16 @@ from torch import nn
 from repro.models.gpt2 import GPT2Config
 
 SPARSE_MODES = ("fst", "weight24", "srste")
+CEILING = "fst_gemms_only"
+"""Pseudo-mode of :class:`Gemm24Only`: fst with every per-step 2:4 cost removed (the ceiling)."""
 
 
 def factory(mode: str) -> Callable[..., nn.Module] | None:
     """Linear factory for the FFN linears of ``mode`` (None: nn.Linear)."""
     if mode in ("dense", "half"):
         return None
+    if mode == CEILING:
+        return Gemm24Only
     from kernels.sparse_linear import SparseLinear
 
     return functools.partial(SparseLinear, mode=mode, checks=False, track_flip=False)
@@ -32,7 +36,7 @@ def factory(mode: str) -> Callable[..., nn.Module] | None:
 
 def mode_config(cfg: GPT2Config, mode: str) -> GPT2Config:
     """``cfg`` with the FFN of ``mode`` (half: d_ff halved)."""
-    return dataclasses.replace(cfg, ffn_mode=mode)
+    return dataclasses.replace(cfg, ffn_mode="fst" if mode == CEILING else mode)
 
 
 AMP_DTYPE = torch.bfloat16
@@ -68,13 +72,31 @@ def sparse_layers(module: nn.Module) -> list[nn.Module]:
     return [m for m in module.modules() if isinstance(m, SparseLinear) and not m.is_dense]
 
 
+def masked_layers(module: nn.Module) -> list[nn.Module]:
+    """Layers whose forward multiplies the weight by ``.mask``: sparse SparseLinears, Gemm24Only."""
+    return [*sparse_layers(module), *(m for m in module.modules() if isinstance(m, Gemm24Only))]
+
+
+def ceiling_refusal(d: int, f: int, tokens: int, device: torch.device) -> str | None:
+    """Why :class:`Gemm24Only` cannot run an FFN of these shapes here (None: it can)."""
+    if device.type != "cuda":
+        return "needs CUDA"
+    from kernels.sparse_gemm import cslt_refusal
+
+    for rows, cols, n in ((f, d, tokens), (d, f, tokens), (f, tokens, d), (d, tokens, f)):
+        reason = cslt_refusal(rows, cols, n, AMP_DTYPE, device)
+        if reason is not None:
+            return reason
+    return None
+
+
 @torch.no_grad()
 def masked_dense_twin(module: nn.Module, build_dense: Callable[[], nn.Module]) -> nn.Module:
     """A dense float32 copy of ``module`` whose sparse linears' weights are multiplied by their
     current masks: the reference of the sparse module's forward and input gradient."""
     ref = build_dense().to(device=next(module.parameters()).device, dtype=torch.float32)
     state = {k: v.float() for k, v in module.state_dict().items()}
-    sparse = set(sparse_layers(module))  # once, not per module
+    sparse = set(masked_layers(module))  # once, not per module
     for name, m in module.named_modules():
         if m in sparse:
             state[f"{name}.weight" if name else "weight"] = m.weight.float() * m.mask  # "" = module itself
@@ -106,57 +128,85 @@ def check_against_twin(
     return rel_err(y, y2), rel_err(x1.grad, x2.grad)
 
 
-_GEMM_CACHE: dict[tuple, tuple[float, float]] = {}
+class _Gemm24OnlyFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, layer):
+        from kernels.sparse_gemm import cslt_mm_packed
+        from kernels.sparse_linear import _as_2d
+
+        x2d = _as_2d(x, x.shape[-1])
+        packed, packed_t = layer.operands(x.dtype)
+        col = layer.output_layout == "col"
+        y = cslt_mm_packed(packed, tuple(weight.shape), x2d.t(), transpose_result=not col, bias=bias)
+        ctx.save_for_backward(x2d)
+        ctx.layer, ctx.x_shape, ctx.has_bias = layer, x.shape, bias is not None
+        return (y.t() if col else y).reshape(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        from kernels.sparse_gemm import cslt_mm_packed
+        from kernels.sparse_linear import _as_2d
+
+        (x2d,) = ctx.saved_tensors
+        layer = ctx.layer
+        out_f, in_f = layer.weight.shape
+        dy2d = _as_2d(dy, out_f)
+        _, packed_t = layer.operands(dy2d.dtype)
+        x_col = not x2d.is_contiguous()
+        dx = cslt_mm_packed(packed_t, (in_f, out_f), dy2d.t(), transpose_result=not x_col)
+        dx = (dx.t() if x_col else dx).reshape(ctx.x_shape)
+        dw = cslt_mm_packed(layer.grad_operand(dy2d), (out_f, dy2d.shape[0]), x2d).float()  # cast as AMP does
+        db = dy2d.sum(0, dtype=torch.float32) if ctx.has_bias else None
+        return dx, dw, db, None
 
 
-def ffn_gemm_times(ctx, d: int, f: int, tokens: int) -> tuple[float, float] | None:
-    """(dense ms, 2:4 ms) of the six GEMMs of one FFN's fwd+bwd at [tokens, d] -> [tokens, f] ->
-    [tokens, d], timed on their own (graph replays), operands already packed, in the layouts the
-    modules use (``nn.Linear``'s for dense; fst's column-major inner activation for 2:4). No
-    packing, MVUE, activation or bias work: the time any FFN speedup is bounded by. None where
-    cuSPARSELt refuses the shapes. Cached per (d, f, tokens) within a process."""
-    from functools import partial
+class Gemm24Only(nn.Module):
+    """Timing-only stand-in for an fst ``SparseLinear`` that runs its three 2:4 GEMMs (same shapes,
+    layouts, algorithms, fused bias) and nothing else: the weight operands are packed once and
+    reused, and the weight-gradient GEMM reads a fixed random 2:4 [out, tokens] operand instead of
+    MVUE(dY^T) (so its dW is not a gradient). Forward and input gradient are exact for the mask
+    chosen at the first forward. A model built with it times what fst would take if packing, MVUE
+    and masked decay were free: the GEMM-level ceiling of fst's speedup, measured in place, with
+    the rest of the model (attention, norms, activation, optimizer) unchanged."""
 
-    from kernels.nm_mask import nm_mask
-    from kernels.sparse_gemm import cslt_mm_packed, cslt_refusal, pack_operand, pack_pair_operands
-    from kernels.transposable import transposable_mask
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, **_: object) -> None:
+        super().__init__()
+        ref = nn.Linear(in_features, out_features, bias=bias)  # nn.Linear's init and parameters
+        self.in_features, self.out_features = in_features, out_features
+        self.weight, self.bias = ref.weight, ref.bias
+        self.output_layout = "row"
+        self._mask: torch.Tensor | None = None
+        self._ops: dict = {}
 
-    key = (d, f, tokens, str(ctx.device))
-    if key in _GEMM_CACHE:
-        return _GEMM_CACHE[key]
-    dev, bf = ctx.device, AMP_DTYPE
-    if dev.type != "cuda" or cslt_refusal(f, d, tokens, bf, dev) or cslt_refusal(d, f, tokens, bf, dev):
-        return None
-    g = torch.Generator(device=dev).manual_seed(2)
-    w1, w2 = torch.randn(f, d, device=dev, generator=g), torch.randn(d, f, device=dev, generator=g)
-    q1, q1t = pack_pair_operands(w1, transposable_mask(w1), bf)
-    q2, q2t = pack_pair_operands(w2, transposable_mask(w2), bf)
-    x = torch.randn(tokens, d, device=dev, dtype=bf, generator=g)
-    ht = torch.randn(f, tokens, device=dev, dtype=bf, generator=g)  # column-major H (and G) as [f, T]
-    dy = torch.randn(tokens, d, device=dev, dtype=bf, generator=g)
-    dht = torch.randn(f, tokens, device=dev, dtype=bf, generator=g)
-    sparse_rows = torch.randn(d, tokens, device=dev, dtype=bf, generator=g)
-    qy = pack_operand(sparse_rows, nm_mask(sparse_rows, 2, 4, dim=1))  # 2:4 [d, T], as MVUE(dY^T)
-    qh = pack_operand(dht, nm_mask(dht, 2, 4, dim=1))  # as MVUE(dH^T)
-    sparse = [  # fwd fc, fwd proj, dX proj, dX fc, dW proj, dW fc
-        partial(cslt_mm_packed, q1, (f, d), x.t(), transpose_result=False),
-        partial(cslt_mm_packed, q2, (d, f), ht, transpose_result=True),
-        partial(cslt_mm_packed, q2t, (f, d), dy.t(), transpose_result=False),
-        partial(cslt_mm_packed, q1t, (d, f), dht, transpose_result=True),
-        partial(cslt_mm_packed, qy, (d, tokens), ht.t()),
-        partial(cslt_mm_packed, qh, (f, tokens), x),
-    ]
-    h, dh = ht.t().contiguous(), dht.t().contiguous()
-    w1b, w2b = w1.to(bf), w2.to(bf)
-    dense = [
-        partial(torch.matmul, x, w1b.t()),
-        partial(torch.matmul, h, w2b.t()),
-        partial(torch.matmul, dy, w2b),
-        partial(torch.matmul, dh, w1b),
-        partial(torch.matmul, dy.t(), h),
-        partial(torch.matmul, dh.t(), x),
-    ]
-    t_dense = ctx.time(lambda: [fn() for fn in dense]).ms
-    t_sparse = ctx.time(lambda: [fn() for fn in sparse]).ms
-    _GEMM_CACHE[key] = (t_dense, t_sparse)
-    return t_dense, t_sparse
+    @property
+    def mask(self) -> torch.Tensor:
+        if self._mask is None:
+            from kernels.transposable import transposable_mask
+
+            with torch.no_grad():
+                self._mask = transposable_mask(self.weight.detach())
+        return self._mask
+
+    def operands(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        from kernels.sparse_gemm import pack_pair_operands
+
+        if dtype not in self._ops:
+            with torch.no_grad():
+                self._ops[dtype] = pack_pair_operands(self.weight.detach(), self.mask, dtype)
+        return self._ops[dtype]
+
+    def grad_operand(self, dy2d: torch.Tensor) -> torch.Tensor:
+        from kernels.nm_mask import nm_mask
+        from kernels.sparse_gemm import pack_operand
+
+        key = ("g", dy2d.shape[0], dy2d.dtype)
+        if key not in self._ops:
+            with torch.no_grad():
+                g = torch.randn(self.out_features, dy2d.shape[0], device=dy2d.device, dtype=dy2d.dtype)
+                self._ops[key] = pack_operand(g, nm_mask(g, 2, 4, dim=1))
+        return self._ops[key]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dt = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
+        with torch.autocast("cuda", enabled=False):
+            return _Gemm24OnlyFn.apply(x.to(dt), self.weight, self.bias, self)

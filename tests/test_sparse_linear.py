@@ -876,3 +876,27 @@ def test_srste_mask_equals_nm_mask_reference_with_ties():
     assert torch.equal(_nm24_mask(w), nm_mask_reference(w, 2, 4, dim=1))
     w = torch.randn(48, 128, generator=g)
     assert torch.equal(_nm24_mask(w), nm_mask_reference(w, 2, 4, dim=1))
+
+
+@pytest.mark.gpu
+@gpu
+def test_gemm24_only_ceiling_layer_forward_and_dx_exact():
+    """The timing-only ceiling layer of the speed suites (suites._training_bench.Gemm24Only) runs
+    the fst GEMMs: its output and input gradient equal the masked dense reference."""
+    from kernels.sparse_gemm import cusparselt_available
+    from suites._training_bench import Gemm24Only
+
+    if not cusparselt_available():
+        pytest.skip("torch has no cuSPARSELt")
+    torch.manual_seed(26)
+    layer = Gemm24Only(512, 256).cuda()
+    layer.output_layout = "col"
+    x = torch.randn(128, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
+    y = layer(x)
+    y.backward(dy)
+    w = layer.weight.double() * layer.mask
+    assert _is_col_major(y)
+    assert_close_rel(y, x.double() @ w.T + layer.bias.double(), 1e-2)
+    assert_close_rel(x.grad, dy.double() @ w, 1e-2)
+    assert layer.weight.grad.dtype == torch.float32 and torch.isfinite(layer.weight.grad).all()
