@@ -46,6 +46,22 @@ def _pick(e, v0, v1, v2, v3):
 
 
 @triton.jit
+def _quad_uniforms(seed, rt, c0, k, KB: tl.constexpr):
+    """``kernels.mvue.group_uniform`` of every group of the tile, as a [32, 4KB, 4] tensor laid
+    out like ``group3`` below, with one Philox call per four consecutive groups: the tile's word
+    column wc = kb * 4 + gq puts groups 4q .. 4q+3 of a row at gq = 0..3 (k % 16 == 0, so a row
+    starts a quad)."""
+    wr = tl.arange(0, 32)[:, None, None]
+    kb = tl.arange(0, KB)[None, :, None]
+    cc = tl.arange(0, 4)[None, None, :]
+    row = rt * 64 + (wr // 8) * 16 + (cc % 2) * 8 + wr % 8  # [32, 1, 4]
+    quad = (row.to(tl.int64) * (k // 4) + c0 // 4 + kb * 8 + (cc // 2) * 4) // 4  # [32, KB, 4]
+    r0, r1, r2, r3 = tl.rand4x(seed, quad)
+    u = tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), (32, KB, 4, 4))  # [.., cc, gq]
+    return tl.reshape(tl.permute(u, (0, 1, 3, 2)), (32, 4 * KB, 4))  # [.., kb * 4 + gq, cc]
+
+
+@triton.jit
 def _pack_kernel(
     a_ptr,
     keep_ptr,
@@ -85,7 +101,7 @@ def _pack_kernel(
         x1 = tl.sum(tl.where(e == 1, x, 0.0), axis=3)
         x2 = tl.sum(tl.where(e == 2, x, 0.0), axis=3)
         x3 = tl.sum(tl.where(e == 3, x, 0.0), axis=3)
-        u = tl.rand(tl.load(seed_ptr), row3.to(tl.int64) * (k // 4) + group3)  # kernels.mvue's draws
+        u = _quad_uniforms(tl.load(seed_ptr), rt, c0, k, KB)  # kernels.mvue's draws
         o0, o1, o2, o3, k0, k1, k2, k3 = _mvue_group(x0, x1, x2, x3, u)
         bits = _bits16(_pick(e, o0, o1, o2, o3), BF16)
         kp = _pick(e, k0.to(tl.int32), k1.to(tl.int32), k2.to(tl.int32), k3.to(tl.int32)) != 0

@@ -321,6 +321,11 @@ def test_uniforms():
     assert torch.equal(u[:100], mvue24_uniforms(42, 100, "cpu"))
     assert not torch.equal(u[:100], mvue24_uniforms(43, 100, "cpu"))
     assert mvue24_uniforms(1, 0, "cpu").numel() == 0
+    # four consecutive groups share one Philox call: its four components, independent of each other
+    quads = u[:4996].reshape(-1, 4)
+    assert (quads[:, 0] != quads[:, 1]).all() and (quads[:, 2] != quads[:, 3]).all()
+    corr = torch.corrcoef(quads.t())
+    assert (corr - torch.eye(4)).abs().max() < 0.12
 
 
 def test_plain_pytorch_path(monkeypatch):
