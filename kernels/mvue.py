@@ -33,10 +33,11 @@ same uniforms they agree bit for bit):
 Randomness: the Triton kernel draws ``u`` for group ``g`` (groups numbered in the order of
 ``x.movedim(dim, -1)`` flattened) as component ``g % 4`` of ``tl.rand4x(seed, g // 4)``
 (Philox4x32-10: one call gives four independent uniforms, so a kernel that holds four consecutive
-groups computes it once; the fused MVUE pack does, ~5% faster on an H100 than one call per group). :func:`mvue24_uniforms` returns exactly those
-uniforms so that :func:`mvue24_reference` can be compared exactly against the kernel. On the
-plain-PyTorch path (CPU without the interpreter) ``u`` comes from ``torch.rand``; a given
-``seed`` is reproducible per path but the two paths draw differently.
+groups computes it once; the fused MVUE pack does, ~5% faster on an H100 than one call per
+group). :func:`mvue24_uniforms` returns exactly those uniforms so that :func:`mvue24_reference`
+can be compared exactly against the kernel. On the plain-PyTorch path (CPU without the
+interpreter) ``u`` comes from ``torch.rand``; a given ``seed`` is reproducible per path but the
+two paths draw differently.
 """
 
 from __future__ import annotations
