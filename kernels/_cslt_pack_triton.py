@@ -22,6 +22,10 @@ ROWS = 64
 # 8 and 16 warps and ran at 47 GB/s for the fused MVUE (results/tuning/h100_probe_pack.txt), so it
 # was removed. Strided loads are right at every warp count tried; 4 warps is the fastest.
 NUM_WARPS = 4
+# The fused MVUE pack of an operand whose rows are contiguous (dH^T of the column-major fst FFN)
+# holds more fp32 temporaries per element: 8 warps ran it 23% faster than 4 on the H100
+# (scripts/gpu_sweep_mvue_pack.py, bit-identical output); strided MVUE reads stay at 4 (8: 3x slower).
+NUM_WARPS_MVUE_ROWS = 8
 
 
 @triton.jit
@@ -178,7 +182,7 @@ def _launch(
         SRC_F32=src_f32,
         BF16=out.dtype == torch.bfloat16,
         MVUE=seed is not None,
-        num_warps=NUM_WARPS,
+        num_warps=NUM_WARPS_MVUE_ROWS if seed is not None and src.stride(1) == 1 else NUM_WARPS,
     )
 
 

@@ -251,7 +251,10 @@ def _self_test_paths(device: torch.device, dtype: torch.dtype, g: torch.Generato
     keep = torch.empty(96, 128, dtype=torch.bool, device=device)
     seed = torch.tensor([3], dtype=torch.int64, device=device)
     ref = cslt_pack_reference(mvue24_nocheck(x.t().contiguous(), -1, seed_tensor=seed.clone(), mask_out=keep), keep)
-    return ok and torch.equal(cslt_pack_mvue_t(x, seed), ref)
+    ok = ok and torch.equal(cslt_pack_mvue_t(x, seed), ref)
+    x_col = x.t().contiguous().t()  # rows of x^T contiguous: the kernel's other launch configuration
+    seed.fill_(3)
+    return ok and torch.equal(cslt_pack_mvue_t(x_col, seed), ref)
 
 
 def layout_matches(device: torch.device, dtype: torch.dtype) -> bool:

@@ -186,13 +186,18 @@ def test_mvue_pack_matches_mvue_then_pack(dname, shape):
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dname", ["bf16", "fp16"])
-def test_gpu_mvue_pack(dname):
+@pytest.mark.parametrize("layout", ["row", "col"])
+def test_gpu_mvue_pack(dname, layout):
+    """Both launch configurations: x row-major (strided MVUE reads) and column-major (rows of
+    x^T contiguous, the fst FFN's dH)."""
     from kernels.cslt_pack import cslt_pack_mvue_t
     from kernels.mvue import mvue24_nocheck
 
     dt = DTYPES[dname]
     gen = torch.Generator().manual_seed(13)
     x = torch.randn(1024, 768, generator=gen).to(dt).cuda()
+    if layout == "col":
+        x = x.t().contiguous().t()
     seed, seed_ref = torch.tensor([7], dtype=torch.int64, device="cuda"), torch.tensor([7], dtype=torch.int64).cuda()
     keep = torch.empty(768, 1024, dtype=torch.bool, device="cuda")
     g = mvue24_nocheck(x.t().contiguous(), -1, seed_tensor=seed_ref, mask_out=keep)
