@@ -209,3 +209,17 @@ def fast_mask_triton(w: torch.Tensor, pattern: Pattern, pivot: float, seed: int,
     kernel, grid, args, warps = mask_launch(w, out, pattern, pivot, seed, tie)
     kernel[grid](*args, num_warps=warps)
     return out
+
+
+@triton.jit
+def _tile_uniforms_kernel(u_ptr, seed, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(u_ptr + offs, tl.rand(seed, offs), mask=offs < n)
+
+
+def tile_uniforms(seed: int, n: int, device: torch.device) -> torch.Tensor:
+    """The uniforms ``tl.rand(seed, t)`` for tiles t in [0, n): what the mask kernels draw."""
+    u = torch.empty(n, dtype=torch.float32, device=device)
+    if n:
+        _tile_uniforms_kernel[(triton.cdiv(n, 1024),)](u, seed, n, BLOCK=1024)
+    return u

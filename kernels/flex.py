@@ -130,9 +130,9 @@ def uniforms(seed: int, n: int, device: torch.device) -> torch.Tensor:
     else torch.rand seeded with ``seed`` (reproducible per path; the two paths differ)."""
     probe = torch.empty(0, device=device)
     if use_triton(probe):
-        from kernels.mvue import mvue24_uniforms
+        from kernels._flex_triton import tile_uniforms
 
-        return mvue24_uniforms(seed, n, device)
+        return tile_uniforms(seed, n, device)
     g = torch.Generator(device=device).manual_seed(seed)
     return torch.rand(n, generator=g, device=device)
 
