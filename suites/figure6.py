@@ -259,7 +259,8 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
         ax.axhline(paper, color="black", ls="--", lw=0.8, label=f"paper ({'max' if kind == 'ffn' else 'typical'})")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size N")
-        ax.set_ylabel("S = dense / fst (fwd+bwd); dotted: GEMM-level ceiling")
+        ax.plot([], [], ls=":", color="grey", label="GEMM-level ceiling")
+        ax.set_ylabel("S = dense / fst (fwd+bwd)")
         ax.set_title(f"FFN, n={FFN_N}" if kind == "ffn" else f"block, n={n}")
         ax.legend(fontsize=6)
     dev, prof = df["device"].iloc[0], df["profile"].iloc[0]
