@@ -140,6 +140,7 @@ class _Gemm24OnlyFn(torch.autograd.Function):
         y = cslt_mm_packed(packed, tuple(weight.shape), x2d.t(), transpose_result=not col, bias=bias)
         ctx.save_for_backward(x2d)
         ctx.layer, ctx.x_shape, ctx.has_bias = layer, x.shape, bias is not None
+        ctx.x_col = not x2d.is_contiguous()
         return (y.t() if col else y).reshape(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
@@ -152,9 +153,8 @@ class _Gemm24OnlyFn(torch.autograd.Function):
         out_f, in_f = layer.weight.shape
         dy2d = _as_2d(dy, out_f)
         _, packed_t = layer.operands(dy2d.dtype)
-        x_col = not x2d.is_contiguous()
-        dx = cslt_mm_packed(packed_t, (in_f, out_f), dy2d.t(), transpose_result=not x_col)
-        dx = (dx.t() if x_col else dx).reshape(ctx.x_shape)
+        dx = cslt_mm_packed(packed_t, (in_f, out_f), dy2d.t(), transpose_result=not ctx.x_col)
+        dx = (dx.t() if ctx.x_col else dx).reshape(ctx.x_shape)
         dw = cslt_mm_packed(layer.grad_operand(dy2d), (out_f, dy2d.shape[0]), x2d).float()  # cast as AMP does
         db = dy2d.sum(0, dtype=torch.float32) if ctx.has_bias else None
         return dx, dw, db, None
@@ -207,6 +207,9 @@ class Gemm24Only(nn.Module):
         return self._ops[key]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dt = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
-        with torch.autocast("cuda", enabled=False):
+        from kernels.sparse_linear import _autocast_enabled, _no_autocast
+
+        dev = x.device.type
+        dt = torch.get_autocast_dtype(dev) if _autocast_enabled(dev) else x.dtype
+        with _no_autocast(dev):
             return _Gemm24OnlyFn.apply(x.to(dt), self.weight, self.bias, self)

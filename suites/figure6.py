@@ -110,7 +110,7 @@ def _measure(ctx: RunContext, kind: str, cfg: GPT2Config, batch: int, n: int, mo
     for mode in ("dense", *modes, *((CEILING,) if with_ceiling else ())):
         torch.manual_seed(0)
         mod = _build(kind, cfg, mode, ctx.device)
-        if mode != "dense" and mode != "half":
+        if mode not in ("dense", "half"):
             e_out, e_dx = check_against_twin(mod, _dense_builder(kind, cfg), x, dy)
             ctx.check(e_out <= TOL["out"] and e_dx <= TOL["dx"], f"{label} {mode}: out {e_out:.2e} dx {e_dx:.2e}")
             add(method=mode, metric="out_rel_err_vs_masked_dense", value=e_out, unit="")
