@@ -204,3 +204,95 @@ def pack_into(
 def pack_mvue_t_into(x: torch.Tensor, seed: torch.Tensor, out: torch.Tensor) -> None:
     """Pack MVUE(x^T) along x's rows (x [T, n] -> operand [n, T]) from the strided view x.t()."""
     _launch(x.t(), None, out, None, seed)
+
+
+# --------------------------------------------------------------------------------------------
+# values-only refresh of a packed pair (the per-step path of a transposable 2:4 layer)
+# --------------------------------------------------------------------------------------------
+
+# Tile of W per program of the values-only pair refresh; 4 warps. BLOCK_C falls back to 64 when
+# the column count is not a multiple of 128.
+PAIR_ROWS = 64
+PAIR_COLS = 128
+PAIR_WARPS = 4
+
+
+@triton.jit
+def _repack_pair_values_kernel(
+    w_ptr,
+    meta_ptr,
+    out32_ptr,
+    out_t32_ptr,
+    r,
+    c,
+    stride_wr,
+    BR: tl.constexpr,
+    BC: tl.constexpr,
+    SRC_F32: tl.constexpr,
+    BF16: tl.constexpr,
+):
+    """Rewrite the kept values of pack(W*M) [r, c] and pack((W*M)^T) [c, r] from one coalesced
+    read of W, the kept positions decoded from the metadata already in pack(W*M) (so values and
+    metadata cannot disagree; the metadata itself is written only when the mask changes)."""
+    r0 = tl.program_id(0) * BR
+    c0 = tl.program_id(1) * BC
+    rows = r0 + tl.arange(0, BR)
+    cols = c0 + tl.arange(0, BC)
+    offs = rows[:, None].to(tl.int64) * stride_wr + cols[None, :]
+    if SRC_F32:  # noqa: SIM108 (a constexpr branch of a Triton kernel)
+        bits = _bits16(tl.load(w_ptr + offs), BF16)
+    else:
+        bits = tl.load(w_ptr + offs).to(tl.int32) & 0xFFFF
+    # the 4-bit code of every row group (layout in kernels/cslt_pack.py): word (r % 8) * 4 + g % 4
+    # of block ((r // 64) * (c // 32) + g // 8) * 4 + (r % 64) // 16, nibble 2 * ((g % 8) // 4) + (r % 16) // 8
+    g = c0 // 4 + tl.arange(0, BC // 4)
+    rr = rows[:, None]
+    gg = g[None, :]
+    block = ((rr // 64) * (c // 32) + gg // 8) * 4 + (rr % 64) // 16
+    addr = block.to(tl.int64) * 32 + (rr % 8) * 4 + gg % 4
+    word = tl.load(meta_ptr + addr).to(tl.int32) & 0xFFFF
+    code = (word >> (4 * (2 * ((gg % 8) // 4) + (rr % 16) // 8))) & 0xF  # [BR, BC/4]
+    i0 = (code & 3)[:, :, None]
+    i1 = (code >> 2)[:, :, None]
+    e = tl.arange(0, 4)[None, None, :]
+    b3 = tl.reshape(bits, (BR, BC // 4, 4))
+    v0 = tl.sum(tl.where(e == i0, b3, 0), axis=2)
+    v1 = tl.sum(tl.where(e == i1, b3, 0), axis=2)
+    tl.store(out32_ptr + rr.to(tl.int64) * (c // 4) + gg, v0 | (v1 << 16))
+    # (W*M)^T: groups of 4 rows of one column; a transposable mask keeps 2 of each
+    kp = tl.reshape((e == i0) | (e == i1), (BR // 4, 4, BC))
+    f = tl.arange(0, 4)[None, :, None]
+    j0 = tl.min(tl.where(kp, f, 4), axis=1)[:, None, :]
+    j1 = tl.max(tl.where(kp, f, -1), axis=1)[:, None, :]
+    bt = tl.reshape(bits, (BR // 4, 4, BC))
+    w0 = tl.sum(tl.where(f == j0, bt, 0), axis=1)  # [BR/4, BC]
+    w1 = tl.sum(tl.where(f == j1, bt, 0), axis=1)
+    q = r0 // 4 + tl.arange(0, BR // 4)
+    tl.store(out_t32_ptr + cols[None, :].to(tl.int64) * (r // 4) + q[:, None], w0 | (w1 << 16))
+
+
+def repack_pair_values(w: torch.Tensor, out: torch.Tensor, out_t: torch.Tensor) -> None:
+    """Overwrite the values of the packed pair ``out`` (pack(W*M), flat) and ``out_t``
+    (pack((W*M)^T), flat) with those of ``w`` [r, c] (row-major; fp32 or their 16-bit dtype),
+    keeping their metadata, i.e. their mask."""
+    r, c = w.shape
+    src_f32 = w.dtype == torch.float32
+    src = w if src_f32 else w.view(torch.int16)
+    flat16, flat16_t = out.view(torch.int16), out_t.view(torch.int16)
+    vals = r * c // 2
+    bc = PAIR_COLS if c % PAIR_COLS == 0 else 64
+    grid = (r // PAIR_ROWS, c // bc)
+    _repack_pair_values_kernel[grid](
+        src,
+        flat16[vals:],
+        flat16[:vals].view(torch.int32),
+        flat16_t[:vals].view(torch.int32),
+        r,
+        c,
+        src.stride(0),
+        BR=PAIR_ROWS,
+        BC=bc,
+        SRC_F32=src_f32,
+        BF16=out.dtype == torch.bfloat16,
+        num_warps=PAIR_WARPS,
+    )

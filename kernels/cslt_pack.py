@@ -127,20 +127,37 @@ def cslt_pack_reference(
     return _packed_view(flat, m)
 
 
-def cslt_unpack_reference(packed: torch.Tensor, m: int, k: int) -> torch.Tensor:
-    """The dense [m, k] operand that a packed tensor stands for (inverse of the layout)."""
+def _flat_bits(packed: torch.Tensor, m: int, k: int) -> torch.Tensor:
     flat = packed.reshape(-1).view(torch.int16)
     if flat.numel() not in (packed_numel(m, k), packed_alloc(m, k)):
         raise ValueError(f"packed tensor has {flat.numel()} elements; an {m}x{k} operand packs to {packed_alloc(m, k)}")
-    flat = flat[: packed_numel(m, k)]
-    values = flat[: m * k // 2].reshape(m, k // 4, 2)
+    return flat[: packed_numel(m, k)]
+
+
+def _codes_reference(flat: torch.Tensor, m: int, k: int) -> torch.Tensor:
+    """The 4-bit code (i0 | i1 << 2) of every group, [m, k/4] int32, read off the metadata."""
     m_pad = -(-m // ROW_TILE) * ROW_TILE
     words = flat[m * k // 2 :].to(torch.int32) & 0xFFFF
     words = words.reshape(m_pad // 64, k // 32, 4, 8, 4).permute(0, 2, 3, 1, 4)  # [rt, rb, rr, kb, gq]
     h = torch.arange(2, device=flat.device).view(1, 1, 2, 1, 1, 1, 1)
     gh = torch.arange(2, device=flat.device).view(1, 1, 1, 1, 1, 2, 1)
     code = (words.reshape(m_pad // 64, 4, 1, 8, k // 32, 1, 4) >> (4 * (2 * gh + h))) & 0xF
-    code = code.reshape(m_pad, k // 4)[:m]
+    return code.reshape(m_pad, k // 4)[:m]
+
+
+def cslt_keep_mask_reference(packed: torch.Tensor, m: int, k: int) -> torch.Tensor:
+    """The bool [m, k] mask of kept positions that a packed operand's metadata encodes."""
+    code = _codes_reference(_flat_bits(packed, m, k), m, k)
+    pos = torch.arange(4, device=packed.device)
+    keep = (pos == (code & 3)[..., None]) | (pos == (code >> 2)[..., None])
+    return keep.reshape(m, k)
+
+
+def cslt_unpack_reference(packed: torch.Tensor, m: int, k: int) -> torch.Tensor:
+    """The dense [m, k] operand that a packed tensor stands for (inverse of the layout)."""
+    flat = _flat_bits(packed, m, k)
+    values = flat[: m * k // 2].reshape(m, k // 4, 2)
+    code = _codes_reference(flat, m, k)
     dense = torch.zeros(m, k // 4, 4, dtype=torch.int16, device=flat.device)
     dense.scatter_(-1, (code & 3).long().unsqueeze(-1), values[..., :1])
     dense.scatter_(-1, (code >> 2).long().unsqueeze(-1), values[..., 1:])
@@ -208,6 +225,76 @@ def cslt_pack_pair(
     return _packed_view(out, r), _packed_view(out_t, c)
 
 
+def _check_pair_buffers(w: torch.Tensor, packed: object, packed_t: object) -> tuple[torch.dtype, int, int]:
+    r, c = w.shape
+    if r % 64 or c % 64:
+        raise ValueError(f"w is {r}x{c}: a packed pair needs rows % 64 == 0 and cols % 64 == 0")
+    for name, p, (m, k) in (("packed", packed, (r, c)), ("packed_t", packed_t, (c, r))):
+        if not isinstance(p, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(p).__name__}")
+        if (
+            p.dtype not in PACK_DTYPES
+            or not p.is_contiguous()
+            or p.dim() != 2
+            or p.shape[0] != m
+            or p.numel() != packed_alloc(m, k)
+        ):
+            raise ValueError(
+                f"{name} must be a contiguous fp16/bf16 packed {m}x{k} operand ([{m}, {packed_alloc(m, k) // m}]), "
+                f"got {p.dtype} {tuple(p.shape)}"
+            )
+        if p.device != w.device:
+            raise ValueError(f"{name} is on {p.device} but w is on {w.device}")
+    if packed.dtype != packed_t.dtype:
+        raise ValueError(f"packed ({packed.dtype}) and packed_t ({packed_t.dtype}) must have one dtype")
+    return packed.dtype, r, c
+
+
+def cslt_pack_pair_into(
+    w: torch.Tensor, mask: torch.Tensor, packed: torch.Tensor, packed_t: torch.Tensor, *, check: bool = True
+) -> None:
+    """:func:`cslt_pack_pair` written in place into existing buffers (values and metadata), so
+    that CUDA graphs holding those buffers see a new mask."""
+    pdt = packed.dtype if isinstance(packed, torch.Tensor) and packed.dtype in PACK_DTYPES else torch.bfloat16
+    w, mask, _ = _check(w, mask, pdt, "w")
+    if mask is None:
+        raise TypeError("cslt_pack_pair_into needs the transposable mask")
+    dt, r, c = _check_pair_buffers(w, packed, packed_t)
+    if not use_triton(w):
+        p, pt = cslt_pack_pair(w, mask, dtype=dt, check=check)
+        packed.copy_(p.view(packed.shape))
+        packed_t.copy_(pt.view(packed_t.shape))
+        return
+    from kernels._cslt_pack_triton import pack_into
+
+    err = torch.zeros(1, dtype=torch.int32, device=w.device) if check else None
+    pack_into(w.contiguous(), mask, packed.view(-1), packed_t.view(-1), err)
+    _raise_if_bad(err)
+
+
+def cslt_repack_pair_values(w: torch.Tensor, packed: torch.Tensor, packed_t: torch.Tensor) -> None:
+    """Per-step refresh of a transposable layer's packed pair: overwrite the kept values of
+    ``packed`` (pack(W*M), from :func:`cslt_pack_pair`) and ``packed_t`` (pack((W*M)^T)) with
+    those of the updated ``w`` [r, c] (fp32 or the pair's dtype), keeping the metadata, i.e. the
+    mask M. One coalesced read of ``w`` and no mask read (the kept positions come from
+    ``packed``'s metadata): about half the memory traffic of packing afresh, which the weight
+    needs only when its mask changes. Bit-identical to ``cslt_pack_pair(w, M)``. No checks of
+    values (graph-safe); the pair must hold a transposable mask (as ``cslt_pack_pair`` writes)."""
+    w = check_tensor("w", w, ndim=2, finite=False)
+    dt, r, c = _check_pair_buffers(w, packed, packed_t)
+    if w.dtype not in (torch.float32, dt):
+        raise TypeError(f"w must be float32 or the pair's dtype {dt}, got {w.dtype}")
+    if not use_triton(w):
+        keep = cslt_keep_mask_reference(packed, r, c)
+        p, pt = cslt_pack_pair(w, keep, dtype=dt, check=False)
+        packed.copy_(p.view(packed.shape))
+        packed_t.copy_(pt.view(packed_t.shape))
+        return
+    from kernels._cslt_pack_triton import repack_pair_values
+
+    repack_pair_values(w.contiguous(), packed.view(-1), packed_t.view(-1))
+
+
 def cslt_pack_mvue_t(x: torch.Tensor, seed_tensor: torch.Tensor) -> torch.Tensor:
     """Packed MVUE(x^T) 2:4 along x's rows, in one pass over ``x`` [T, n] (fp16/bf16): the
     weight-gradient operand of fully sparse training, MVUE(dY^T) [n, T], with no transposed copy
@@ -235,8 +322,9 @@ def cslt_pack_mvue_t(x: torch.Tensor, seed_tensor: torch.Tensor) -> torch.Tensor
 
 
 def _self_test_paths(device: torch.device, dtype: torch.dtype, g: torch.Generator) -> bool:
-    """The pair (W and a transposed view) and the fused MVUE pack equal the reference packing of
-    the same operands on this device (the compiled kernel, not only the interpreter's semantics)."""
+    """The pair (W and a transposed view), its values-only refresh and the fused MVUE pack equal
+    the reference packing of the same operands on this device (the compiled kernel, not only the
+    interpreter's semantics)."""
     from kernels.mvue import mvue24_nocheck
     from kernels.transposable import transposable_mask
 
@@ -247,6 +335,11 @@ def _self_test_paths(device: torch.device, dtype: torch.dtype, g: torch.Generato
     ok = torch.equal(p, cslt_pack_reference(wm, tm)) and torch.equal(
         pt, cslt_pack_reference(wm.t().contiguous(), tm.t().contiguous())
     )
+    w2 = torch.randn(128, 192, device=device, generator=g)  # the per-step values-only refresh
+    cslt_repack_pair_values(w2, p, pt)
+    wm2 = (w2 * tm).to(dtype)
+    ok = ok and torch.equal(p, cslt_pack_reference(wm2, tm))
+    ok = ok and torch.equal(pt, cslt_pack_reference(wm2.t().contiguous(), tm.t().contiguous()))
     x = torch.randn(128, 96, device=device, generator=g).to(dtype)
     keep = torch.empty(96, 128, dtype=torch.bool, device=device)
     seed = torch.tensor([3], dtype=torch.int64, device=device)
@@ -296,9 +389,12 @@ def layout_matches(device: torch.device, dtype: torch.dtype) -> bool:
 
 __all__ = [
     "cslt_pack",
+    "cslt_keep_mask_reference",
     "cslt_pack_mvue_t",
     "cslt_pack_pair",
+    "cslt_pack_pair_into",
     "cslt_pack_reference",
+    "cslt_repack_pair_values",
     "cslt_unpack_reference",
     "layout_matches",
     "packed_alloc",

@@ -14,7 +14,14 @@ import torch
 import torch.nn.functional as F
 
 from kernels._common import check_tensor
-from kernels.cslt_pack import cslt_pack, cslt_pack_mvue_t, cslt_pack_pair, layout_matches
+from kernels.cslt_pack import (
+    cslt_pack,
+    cslt_pack_mvue_t,
+    cslt_pack_pair,
+    cslt_pack_pair_into,
+    cslt_repack_pair_values,
+    layout_matches,
+)
 from kernels.nm_mask import nm_mask
 
 _ALG_CACHE: dict[tuple, int] = {}
@@ -186,6 +193,36 @@ def pack_pair_operands(
         return cslt_pack_pair(w, mask, dtype=dt, check=False)
     wm = torch.where(mask, w.to(dt), 0.0)
     return torch._cslt_compress(wm), torch._cslt_compress(wm.t().contiguous())
+
+
+def refresh_pair_operands(
+    w: torch.Tensor,
+    mask: torch.Tensor,
+    pair: tuple[torch.Tensor, torch.Tensor],
+    *,
+    values_only: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bring a pair from :func:`pack_pair_operands` up to date with ``w`` (and ``mask``), in
+    place where possible, so CUDA graphs that hold the buffers see it. ``values_only=True`` (the
+    mask is the one the pair was packed with; the per-step path) rewrites only the kept values
+    from one read of ``w``; ``False`` repacks values and metadata (after a mask change). Returns
+    the pair (new tensors only where our packer is not verified here and torch's layout changed
+    size)."""
+    dt = pair[0].dtype
+    if layout_matches(w.device, dt):
+        if values_only:
+            if w.dtype not in (torch.float32, dt):  # e.g. an fp16 weight under bf16 autocast
+                w = w.to(dt)
+            cslt_repack_pair_values(w, *pair)
+        else:
+            cslt_pack_pair_into(w, mask, *pair, check=False)
+        return pair
+    new = pack_pair_operands(w, mask, dt)
+    if all(a.shape == b.shape for a, b in zip(new, pair, strict=True)):
+        for old, fresh in zip(pair, new, strict=True):
+            old.copy_(fresh)
+        return pair
+    return new
 
 
 def pack_mvue_t_operand(x: torch.Tensor, seed_tensor: torch.Tensor) -> torch.Tensor | None:

@@ -64,6 +64,7 @@ from kernels.sparse_gemm import (
     pack_mvue_t_operand,
     pack_operand,
     pack_pair_operands,
+    refresh_pair_operands,
 )
 from kernels.transposable import transposable_mask
 
@@ -168,13 +169,15 @@ class _SparseLinearFn(torch.autograd.Function):
     transposed view of a contiguous [out, T] buffer) when ``plan.col_out``; dX has X's layout."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, mask, seed, plan):
+    def forward(ctx, x, weight, bias, mask, seed, plan, pair):
         dt = x.dtype
         x2d = _as_2d(x, x.shape[-1])
         wm = packed_t = None
         if plan.cslt:  # pack W*M (and (W*M)^T for dX) in one pass over the master weight
             w = weight.detach()
-            if plan.mode in _TRANSPOSABLE_MODES:
+            if pair is not None:  # the layer's persistent pair, already refreshed for this step
+                packed, packed_t = pair
+            elif plan.mode in _TRANSPOSABLE_MODES:
                 packed, packed_t = pack_pair_operands(w, mask, dt)
             else:
                 packed = pack_operand(w, mask, dt)
@@ -227,7 +230,7 @@ class _SparseLinearFn(torch.autograd.Function):
                         masked_decay_(dw, weight.detach(), mask, plan.decay)
             if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
                 db = dy2d.sum(0, dtype=torch.float32).to(ctx.bias_dtype)
-        return dx, dw, db, None, None, None
+        return dx, dw, db, None, None, None, None
 
 
 class SparseLinear(nn.Linear):
@@ -308,6 +311,9 @@ class SparseLinear(nn.Linear):
             raise ValueError(f"seed must be an int in [0, 2**63) or None, got {seed!r}")
 
         self._mask_stale = True
+        # (device, compute dtype) -> packed (W*M, (W*M)^T) of fst/weight24 on cuSPARSELt: kept
+        # across steps, values rewritten each forward, metadata only when the mask changes
+        self._pairs: dict[tuple[str, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         if mode != "dense" and self.weight.dtype not in FLOAT_DTYPES:
             names = ", ".join(_dtype_name(d) for d in FLOAT_DTYPES)
@@ -440,6 +446,7 @@ class SparseLinear(nn.Linear):
         self._mask_stale = bool(state["mask_stale"])
         self._have_prev = bool(state["have_prev"])
         self._flip_count, self._flip_value = None, None
+        self._repack_pairs()
 
     @property
     def fallback_reason(self) -> str | None:
@@ -478,6 +485,33 @@ class SparseLinear(nn.Linear):
             self._flip_ref.copy_(m)
         self._have_prev = False
         self._mask_stale = False
+        self._repack_pairs()
+
+    @torch.no_grad()
+    def _repack_pairs(self) -> None:
+        """The mask changed: repack the persistent pairs (values and metadata) in place, so a
+        captured graph sees the new mask; pairs left on another device are dropped."""
+        w = self.weight.detach()
+        self._pairs = {
+            key: refresh_pair_operands(w, self._mask, pair, values_only=False)
+            for key, pair in self._pairs.items()
+            if key[0] == str(w.device)
+        }
+
+    @torch.no_grad()
+    def _packed_pair(self, dt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """This step's packed (W*M, (W*M)^T) in ``dt``: packed afresh on first use, else the kept
+        values rewritten in place from the current weight (the mask is unchanged since the last
+        repack)."""
+        w = self.weight.detach()
+        key = (str(w.device), dt)
+        pair = self._pairs.get(key)
+        if pair is None:
+            pair = pack_pair_operands(w, self._mask, dt)
+        else:
+            pair = refresh_pair_operands(w, self._mask, pair, values_only=True)
+        self._pairs[key] = pair
+        return pair
 
     def _ensure_mask(self) -> None:
         if self._mask_stale:
@@ -497,6 +531,7 @@ class SparseLinear(nn.Linear):
             return
         self._dense = dense
         self._flip_count, self._flip_value = None, None
+        self._pairs = {}  # memory back; a sparse phase packs afresh
         if not dense:
             self.refresh_mask()
 
@@ -533,6 +568,7 @@ class SparseLinear(nn.Linear):
             self._flip_ref.copy_(cand)
         if refresh:
             self._mask.copy_(cand)
+            self._repack_pairs()
 
     # ---------------------------------------------------------------------------------------
     # forward
@@ -603,9 +639,10 @@ class SparseLinear(nn.Linear):
             else:
                 self._ensure_mask()
                 mask = self._mask
+            pair = self._packed_pair(dt) if reason is None and self.mode in _TRANSPOSABLE_MODES else None
         plan = _Plan(self.mode, self.decay, reason is None, checks, dev, self._output_layout == "col")
         with _no_autocast(dev):
-            return _SparseLinearFn.apply(x, self.weight, self.bias, mask, self.mvue_seed, plan)
+            return _SparseLinearFn.apply(x, self.weight, self.bias, mask, self.mvue_seed, plan, pair)
 
 
 def _after_load_state_dict(module: nn.Module, incompatible_keys: object) -> None:

@@ -136,7 +136,7 @@ def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
     from kernels.cslt_pack import cslt_pack_mvue_t
     from kernels.masked_decay import masked_decay_cast_nocheck
     from kernels.mvue import mvue24_seed_tensor
-    from kernels.sparse_gemm import pack_pair_operands
+    from kernels.sparse_gemm import pack_pair_operands, refresh_pair_operands
     from kernels.transposable import transposable_mask
 
     dev, bf = ctx.device, AMP_DTYPE
@@ -155,8 +155,17 @@ def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
     seed = mvue24_seed_tensor(dev)
     gw1 = torch.randn(f, d, device=dev, dtype=bf, generator=g)  # dW from the GEMMs, bf16
     gw2 = torch.randn(d, f, device=dev, dtype=bf, generator=g)
+    pairs = [pack_pair_operands(w, m, bf) for w, m in ((w1, m1), (w2, m2))]
     parts = {  # (method, part): fn
-        ("fst", "pack_weights_from_fp32"): lambda: (pack_pair_operands(w1, m1, bf), pack_pair_operands(w2, m2, bf)),
+        # every step: the kept values of W*M and (W*M)^T rewritten from the fp32 master weight
+        ("fst", "repack_weight_values_from_fp32"): lambda: [
+            refresh_pair_operands(w, m, p, values_only=True) for w, m, p in ((w1, m1, pairs[0]), (w2, m2, pairs[1]))
+        ],
+        # once per mask change (every mask_interval steps): values and metadata packed afresh
+        ("fst", "pack_weights_at_mask_change"): lambda: (
+            pack_pair_operands(w1, m1, bf),
+            pack_pair_operands(w2, m2, bf),
+        ),
         ("fst", "mvue_pack_dY_row_major"): lambda: cslt_pack_mvue_t(dy, seed),
         ("fst", "mvue_pack_dH_col_major"): lambda: cslt_pack_mvue_t(dh_col, seed),
         ("fst", "mvue_pack_dH_if_row_major"): lambda: cslt_pack_mvue_t(dh, seed),

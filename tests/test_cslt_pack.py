@@ -107,6 +107,64 @@ def test_pair_packs_weight_and_transpose(dname):
     assert torch.equal(cslt_unpack_reference(pt, 192, 128), wm.t())
 
 
+@pytest.mark.parametrize("dname", ["bf16", "fp16"])
+@pytest.mark.parametrize("shape", [(64, 64), (128, 192), (192, 256)])  # 64- and 128-column tiles
+@pytest.mark.parametrize("src", ["fp32", "16bit"])
+def test_repack_pair_values_equals_packing_afresh(dname, shape, src):
+    """The per-step refresh (values from the new weight, kept positions from the pair's own
+    metadata) writes what cslt_pack_pair writes for the new weight and the old mask, bit for bit,
+    over values poisoned beforehand; the metadata decodes back to the mask."""
+    from kernels.cslt_pack import cslt_keep_mask_reference, cslt_pack_pair_into, cslt_repack_pair_values
+
+    dt = DTYPES[dname]
+    r, c = shape
+    gen = torch.Generator().manual_seed(r * c)
+    w = torch.randn(r, c, generator=gen)
+    mask = transposable_mask(w)
+    p, pt = cslt_pack_pair(w, mask, dtype=dt)
+    assert torch.equal(cslt_keep_mask_reference(p, r, c), mask)
+    assert torch.equal(cslt_keep_mask_reference(pt, c, r), mask.t())
+    w2 = torch.randn(r, c, generator=gen)
+    w2[0, :8] = 0.0  # kept zeros stay where the metadata says
+    if src == "16bit":
+        w2 = w2.to(dt)
+    bits(p)[: r * c // 2] = 0x7FC1  # poison: a NaN pattern in every value slot
+    bits(pt)[: r * c // 2] = 0x7FC1
+    cslt_repack_pair_values(w2, p, pt)
+    e, et = cslt_pack_pair(w2.float(), mask, dtype=dt)
+    assert torch.equal(bits(p), bits(e)) and torch.equal(bits(pt), bits(et))
+    # a new mask goes in place (values and metadata)
+    mask2 = transposable_mask(w2.float())
+    cslt_pack_pair_into(w2, mask2, p, pt)
+    e2, et2 = cslt_pack_pair(w2.float(), mask2, dtype=dt)
+    assert torch.equal(bits(p), bits(e2)) and torch.equal(bits(pt), bits(et2))
+
+
+def test_repack_pair_values_bad_input():
+    from kernels.cslt_pack import cslt_pack_pair_into, cslt_repack_pair_values
+
+    gen = torch.Generator().manual_seed(8)
+    w = torch.randn(64, 128, generator=gen)
+    mask = transposable_mask(w)
+    p, pt = cslt_pack_pair(w, mask, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="packed 64x128"):
+        cslt_repack_pair_values(w, pt, p)  # swapped
+    with pytest.raises(ValueError, match="one dtype"):
+        cslt_repack_pair_values(w, p, pt.view(torch.float16))
+    with pytest.raises(TypeError, match="float32 or the pair"):
+        cslt_repack_pair_values(w.half(), p, pt)
+    with pytest.raises(ValueError, match="rows % 64"):
+        cslt_repack_pair_values(w[:32], p, pt)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        cslt_repack_pair_values(w, p, None)
+    with pytest.raises(ValueError, match="contiguous"):
+        cslt_repack_pair_values(w, p, pt.t())
+    bad = mask.clone()
+    bad[0, :4] = True
+    with pytest.raises(ValueError, match="not 2:4"):
+        cslt_pack_pair_into(w, bad, p, pt)
+
+
 def test_bad_input_raises():
     gen = torch.Generator().manual_seed(7)
     a = torch.randn(64, 64, generator=gen).to(torch.bfloat16)
@@ -152,6 +210,31 @@ def test_gpu_equals_cslt_compress_and_products(dname):
         b = torch.randn(k, 128, generator=gen).to(dt).to(dev)
         y = torch._cslt_sparse_mm(ours, b)
         assert rel_err(y, am.double() @ b.double()) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dname", ["bf16", "fp16"])
+def test_gpu_repack_pair_values(dname):
+    """The compiled values-only refresh at a model shape (both tile widths) equals packing
+    afresh, and the refreshed pair multiplies right on cuSPARSELt."""
+    from kernels.cslt_pack import cslt_repack_pair_values
+
+    dt = DTYPES[dname]
+    gen = torch.Generator(device="cuda").manual_seed(14)
+    for r, c in ((1024, 4096), (576, 192)):
+        w = torch.randn(r, c, device="cuda", generator=gen)
+        mask = transposable_mask(w)
+        p, pt = cslt_pack_pair(w, mask, dtype=dt)
+        w2 = torch.randn(r, c, device="cuda", generator=gen)
+        bits(p)[: r * c // 2] = 0x7FC1
+        bits(pt)[: r * c // 2] = 0x7FC1
+        cslt_repack_pair_values(w2, p, pt)
+        e, et = cslt_pack_pair(w2, mask, dtype=dt)
+        assert torch.equal(bits(p), bits(e)) and torch.equal(bits(pt), bits(et))
+        b = torch.randn(c, 256, device="cuda", generator=gen).to(dt)
+        ref = (w2 * mask).to(dt).double() @ b.double()
+        assert rel_err(torch._cslt_sparse_mm(p, b), ref) < 1e-2
 
 
 @pytest.mark.parametrize("dname", ["bf16", "fp16"])

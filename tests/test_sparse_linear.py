@@ -661,6 +661,81 @@ def test_masked_decay_nocheck_equals_checked(plain, monkeypatch):
 
 
 # --------------------------------------------------------------------------------------------
+# the persistent packed pair of fst/weight24 (cuSPARSELt emulated on the CPU: our packing runs
+# through the interpreter, the GEMM multiplies the unpacked operand)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def emulated_cusparselt(monkeypatch):
+    import kernels.sparse_gemm as sg_mod
+    from kernels.cslt_pack import cslt_unpack_reference
+
+    def mm_packed(packed, a_shape, b, *, transpose_result=False, bias=None):
+        y = cslt_unpack_reference(packed, *a_shape).float() @ b.float()
+        if bias is not None:
+            y = y + bias.float()[:, None]
+        y = y.to(b.dtype)
+        return y.t().contiguous() if transpose_result else y
+
+    monkeypatch.setattr(sl_mod, "cslt_refusal", lambda *a, **k: None)
+    monkeypatch.setattr(sl_mod, "cslt_mm_packed", mm_packed)
+    monkeypatch.setattr(sg_mod, "layout_matches", lambda device, dtype: True)
+    return True
+
+
+@pytest.mark.parametrize("mode", ["fst", "weight24"])
+def test_packed_pair_follows_weights_and_masks_in_place(mode, emulated_cusparselt):
+    """The pair packed on first use is rewritten in place: values from the new weights every
+    forward (the mask unchanged), values and metadata when the mask changes (schedule refresh,
+    set_dense(False), load_sparse_state_dict); outputs and dX always equal the reference with
+    the mask in use."""
+    torch.manual_seed(31)
+    layer = SparseLinear(128, 64, mode=mode, mask_interval=2, decay=0.0, dtype=torch.bfloat16)
+    g = torch.Generator().manual_seed(32)
+    x = torch.randn(64, 128, generator=g).bfloat16()
+    dy = torch.randn(64, 64, generator=g).bfloat16()
+
+    def check() -> None:
+        xg = x.clone().requires_grad_(True)
+        y = layer(xg)
+        assert layer.backend == "cusparselt"
+        y.backward(dy)
+        layer.weight.grad = layer.bias.grad = None
+        ry, rdx, _, _ = _reference(layer, x.float(), dy.float(), layer.mask, 0)  # dW not compared
+        assert_close_rel(y, ry, 1e-2)
+        assert_close_rel(xg.grad, rdx, 1e-2)
+
+    check()
+    (pair,) = layer._pairs.values()
+    ptrs = [t.data_ptr() for t in pair]
+    masks = [layer.mask]
+    for step in (1, 2, 3):
+        with torch.no_grad():  # an optimizer step: new values, and at step 2 a new mask
+            layer.weight.mul_(torch.rand(layer.weight.shape, generator=g).bfloat16() + 0.5)
+        layer.after_optimizer_step(step, 10**6)
+        masks.append(layer.mask)
+        check()
+        assert [t.data_ptr() for t in layer._pairs[next(iter(layer._pairs))]] == ptrs
+    assert torch.equal(masks[0], masks[1]) and not torch.equal(masks[1], masks[2])
+    state = layer.sparse_state_dict()
+    layer.set_dense(True)
+    assert layer._pairs == {}
+    layer.set_dense(False)
+    check()
+    with torch.no_grad():
+        layer.weight.mul_(-1.5)
+    layer.load_sparse_state_dict(state)  # the mask of step 3, not the weights' own
+    check()
+    assert torch.equal(layer.mask, masks[-1])
+    (pair,) = layer._pairs.values()  # packed afresh after the dense phase
+    ptrs = [t.data_ptr() for t in pair]
+    layer.after_optimizer_step(4, 10**6)
+    check()
+    assert [t.data_ptr() for t in layer._pairs[next(iter(layer._pairs))]] == ptrs  # repacked in place
+
+
+# --------------------------------------------------------------------------------------------
 # a tiny MLP learns in every mode
 # --------------------------------------------------------------------------------------------
 
