@@ -1,12 +1,16 @@
-"""Triton kernel of ``kernels.cslt_pack``: one program packs 64 rows x 32*KB columns of a 2:4
-operand (layout in ``kernels/cslt_pack.py``).
+"""Triton kernels of ``kernels.cslt_pack`` (layout in ``kernels/cslt_pack.py``).
 
-The tile is loaded straight into the shape of the metadata, [32 word rows, 4*KB word columns,
-4 contributors, 4 elements]: a metadata word (row block rb, row rr, chunk kb, group gq) holds the
-codes of 4 groups of 4 elements (rows rr and rr+8, groups gq and gq+4), so every reduction (the
-kept positions of a group, then the word) runs along axes that the kernel never reshapes. The two
-kept values of a group are stored as one 32-bit word (they are adjacent in the output). Strides
-are arguments, so the transposed operand (W*M)^T is packed from a strided view of W, no copy."""
+* ``_pack_kernel``: pack any operand (given a mask, or its nonzeros), values and metadata. One
+  program packs 64 rows x 32*KB columns; the tile is loaded straight into the shape of the
+  metadata, [32 word rows, 4*KB word columns, 4 contributors, 4 elements], so every reduction
+  runs along axes that the kernel never reshapes. Strides are arguments (transposed views are
+  packed without a copy). Used when a mask changes and by ``cslt_pack``.
+* ``_repack_pair_values_kernel``: the per-step refresh of a transposable layer's packed pair:
+  one coalesced 64x64 tile of W, packed along rows for W*M and, transposed in registers, for
+  (W*M)^T; kept positions from each operand's own metadata, which stays as it is.
+* ``_mvue_pack_kernel``: the per-backward MVUE + pack of the weight-gradient operand.
+
+The two kept values of a group are stored as one 32-bit word (they are adjacent in the output)."""
 
 from __future__ import annotations
 
@@ -17,15 +21,12 @@ import triton.language as tl
 from kernels.mvue import _mvue_group
 
 ROWS = 64
-# Transposed views are read with strided loads. A coalesced [cols, rows] load permuted in the kernel
-# was 8% faster for the weight pair at 4 warps on the H100 (triton 3.6) but gave wrong results at
-# 8 and 16 warps and ran at 47 GB/s for the fused MVUE (results/tuning/h100_probe_pack.txt), so it
-# was removed. Strided loads are right at every warp count tried; 4 warps is the fastest.
+# Transposed views are read with strided loads here. A coalesced [cols, rows] load permuted in the
+# kernel was 8% faster for the weight pair at 4 warps on the H100 (triton 3.6) but gave wrong
+# results at 8 and 16 warps (results/tuning/h100_probe_pack.txt), so it was removed. This kernel
+# now packs only at mask changes and for callers of ``cslt_pack``; the per-step jobs have their
+# own kernels below (2-D tiles, ``tl.trans``; bit-checked at every warp count tried).
 NUM_WARPS = 4
-# The fused MVUE pack of an operand whose rows are contiguous (dH^T of the column-major fst FFN)
-# holds more fp32 temporaries per element: 8 warps ran it 23% faster than 4 on the H100
-# (scripts/gpu_sweep_mvue_pack.py, bit-identical output); strided MVUE reads stay at 4 (8: 3x slower).
-NUM_WARPS_MVUE_ROWS = 8
 
 
 @triton.jit
@@ -40,39 +41,12 @@ def _bits16(v, BF16: tl.constexpr):
 
 
 @triton.jit
-def _pick(e, v0, v1, v2, v3):
-    """[..., 4] tensor from four [...] tensors (element e of each group)."""
-    return tl.where(
-        e == 0,
-        v0[:, :, :, None],
-        tl.where(e == 1, v1[:, :, :, None], tl.where(e == 2, v2[:, :, :, None], v3[:, :, :, None])),
-    )
-
-
-@triton.jit
-def _quad_uniforms(seed, rt, c0, k, KB: tl.constexpr):
-    """``kernels.mvue.group_uniform`` of every group of the tile, as a [32, 4KB, 4] tensor laid
-    out like ``group3`` below, with one Philox call per four consecutive groups: the tile's word
-    column wc = kb * 4 + gq puts groups 4q .. 4q+3 of a row at gq = 0..3 (k % 16 == 0, so a row
-    starts a quad)."""
-    wr = tl.arange(0, 32)[:, None, None]
-    kb = tl.arange(0, KB)[None, :, None]
-    cc = tl.arange(0, 4)[None, None, :]
-    row = rt * 64 + (wr // 8) * 16 + (cc % 2) * 8 + wr % 8  # [32, 1, 4]
-    quad = (row.to(tl.int64) * (k // 4) + c0 // 4 + kb * 8 + (cc // 2) * 4) // 4  # [32, KB, 4]
-    r0, r1, r2, r3 = tl.rand4x(seed, quad)
-    u = tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), (32, KB, 4, 4))  # [.., cc, gq]
-    return tl.reshape(tl.permute(u, (0, 1, 3, 2)), (32, 4 * KB, 4))  # [.., kb * 4 + gq, cc]
-
-
-@triton.jit
 def _pack_kernel(
     a_ptr,
     keep_ptr,
     out32_ptr,
     meta_ptr,
     err_ptr,
-    seed_ptr,
     m,
     k,
     stride_ar,
@@ -84,7 +58,6 @@ def _pack_kernel(
     CHECK: tl.constexpr,
     SRC_F32: tl.constexpr,
     BF16: tl.constexpr,
-    MVUE: tl.constexpr,
 ):
     rt = tl.program_id(0)
     c0 = tl.program_id(1) * (32 * KB)
@@ -99,33 +72,21 @@ def _pack_kernel(
     col = group3[:, :, :, None] * 4 + e
     ld_mask = (row < m) & (col < k)
     offs = row.to(tl.int64) * stride_ar + col.to(tl.int64) * stride_ac
-    if MVUE:  # the operand is MVUE(a) along k (a: e.g. dY^T, a strided view), drawn here
-        x = tl.load(a_ptr + offs, mask=ld_mask, other=0.0).to(tl.float32)
-        x0 = tl.sum(tl.where(e == 0, x, 0.0), axis=3)
-        x1 = tl.sum(tl.where(e == 1, x, 0.0), axis=3)
-        x2 = tl.sum(tl.where(e == 2, x, 0.0), axis=3)
-        x3 = tl.sum(tl.where(e == 3, x, 0.0), axis=3)
-        u = _quad_uniforms(tl.load(seed_ptr), rt, c0, k, KB)  # kernels.mvue's draws
-        o0, o1, o2, o3, k0, k1, k2, k3 = _mvue_group(x0, x1, x2, x3, u)
-        bits = _bits16(_pick(e, o0, o1, o2, o3), BF16)
-        kp = _pick(e, k0.to(tl.int32), k1.to(tl.int32), k2.to(tl.int32), k3.to(tl.int32)) != 0
+    if SRC_F32:  # fp32 master weight rounded here
+        bits = _bits16(tl.load(a_ptr + offs, mask=ld_mask, other=0.0), BF16)
+    else:
+        bits = tl.load(a_ptr + offs, mask=ld_mask, other=0).to(tl.int32) & 0xFFFF
+    if HAS_MASK:
+        koffs = row.to(tl.int64) * stride_kr + col.to(tl.int64) * stride_kc
+        kp = tl.load(keep_ptr + koffs, mask=ld_mask, other=0) != 0
+        bits = tl.where(kp, bits, 0)
         bad = tl.sum(kp.to(tl.int32), axis=3) != 2
     else:
-        if SRC_F32:  # fp32 master weight rounded here
-            bits = _bits16(tl.load(a_ptr + offs, mask=ld_mask, other=0.0), BF16)
-        else:
-            bits = tl.load(a_ptr + offs, mask=ld_mask, other=0).to(tl.int32) & 0xFFFF
-        if HAS_MASK:
-            koffs = row.to(tl.int64) * stride_kr + col.to(tl.int64) * stride_kc
-            kp = tl.load(keep_ptr + koffs, mask=ld_mask, other=0) != 0
-            bits = tl.where(kp, bits, 0)
-            bad = tl.sum(kp.to(tl.int32), axis=3) != 2
-        else:
-            nz = ((bits & 0x7FFF) != 0).to(tl.int32)  # -0.0 is a zero
-            nzc = tl.sum(nz, axis=3)
-            before = tl.cumsum(nz, axis=3) - nz  # nonzeros before each element
-            kp = (nz != 0) | ((e - before) < (2 - nzc)[:, :, :, None])  # fill with the first zeros
-            bad = nzc > 2
+        nz = ((bits & 0x7FFF) != 0).to(tl.int32)  # -0.0 is a zero
+        nzc = tl.sum(nz, axis=3)
+        before = tl.cumsum(nz, axis=3) - nz  # nonzeros before each element
+        kp = (nz != 0) | ((e - before) < (2 - nzc)[:, :, :, None])  # fill with the first zeros
+        bad = nzc > 2
     if CHECK:
         nbad = tl.sum(tl.sum(tl.sum((bad & valid3).to(tl.int32), axis=2), axis=1), axis=0)
         tl.atomic_add(err_ptr, nbad)
@@ -149,15 +110,13 @@ def _launch(
     mask: torch.Tensor | None,
     out: torch.Tensor,
     err: torch.Tensor | None,
-    seed: torch.Tensor | None = None,
 ) -> None:
-    """Pack ``a`` (any strides; fp32 or the 16-bit dtype of ``out``) into the flat ``out``; with
-    ``seed`` (int64 device tensor) pack MVUE(a) along its rows instead (a in out's dtype)."""
+    """Pack ``a`` (any strides; fp32 or the 16-bit dtype of ``out``) into the flat ``out``."""
     m, k = a.shape
     src_f32 = a.dtype == torch.float32
     if not src_f32 and a.dtype != out.dtype:
         a = a.to(out.dtype)
-    src = a if src_f32 or seed is not None else a.view(torch.int16)
+    src = a if src_f32 else a.view(torch.int16)
     keep = mask.view(torch.int8) if mask is not None else src
     flat16 = out.view(torch.int16)
     vals = m * k // 2
@@ -169,7 +128,6 @@ def _launch(
         flat16[:vals].view(torch.int32),
         flat16[vals:],
         err if err is not None else flat16,
-        seed if seed is not None else flat16,
         m,
         k,
         src.stride(0),
@@ -181,8 +139,7 @@ def _launch(
         CHECK=err is not None,
         SRC_F32=src_f32,
         BF16=out.dtype == torch.bfloat16,
-        MVUE=seed is not None,
-        num_warps=NUM_WARPS_MVUE_ROWS if seed is not None and src.stride(1) == 1 else NUM_WARPS,
+        num_warps=NUM_WARPS,
     )
 
 
@@ -203,72 +160,81 @@ def pack_into(
 
 def pack_mvue_t_into(x: torch.Tensor, seed: torch.Tensor, out: torch.Tensor) -> None:
     """Pack MVUE(x^T) along x's rows (x [T, n] -> operand [n, T]) from the strided view x.t()."""
-    _launch(x.t(), None, out, None, seed)
+    mvue_pack_into(x.t(), seed, out)
 
 
 # --------------------------------------------------------------------------------------------
 # values-only refresh of a packed pair (the per-step path of a transposable 2:4 layer)
 # --------------------------------------------------------------------------------------------
 
-# Tile of W per program of the values-only pair refresh; 4 warps. BLOCK_C falls back to 64 when
-# the column count is not a multiple of 128.
-PAIR_ROWS = 64
-PAIR_COLS = 128
-PAIR_WARPS = 4
+
+@triton.jit
+def _codes_tile(meta_ptr, r0, c0, k, BK: tl.constexpr):
+    """[64, BK/4] codes (i0 | i1 << 2) of rows r0 .. r0+63 (r0 % 64 == 0) and groups c0/4 ..
+    of a packed [*, k] operand, read from its metadata words in their own order (coalesced) and
+    spread to (row, group): row = rb * 16 + h * 8 + rr, group = kb * 8 + gh * 4 + gq."""
+    rb = tl.arange(0, 4)[:, None, None, None]
+    rr = tl.arange(0, 8)[None, :, None, None]
+    kb = tl.arange(0, BK // 32)[None, None, :, None]
+    gq = tl.arange(0, 4)[None, None, None, :]
+    block = ((r0 // 64) * (k // 32) + c0 // 32 + kb) * 4 + rb
+    word = tl.load(meta_ptr + block.to(tl.int64) * 32 + rr * 4 + gq).to(tl.int32) & 0xFFFF  # [rb, rr, kb, gq]
+    w6 = tl.reshape(word, (4, 1, 8, BK // 32, 1, 4))
+    h = tl.arange(0, 2)[None, :, None, None, None, None]
+    gh = tl.arange(0, 2)[None, None, None, None, :, None]
+    return tl.reshape((w6 >> (4 * (2 * gh + h))) & 0xF, (64, BK // 4))
+
+
+@triton.jit
+def _kept_pairs(bits, code, BK: tl.constexpr):
+    """The two kept 16-bit patterns of every group of 4 of ``bits`` [64, BK] (positions from
+    ``code`` [64, BK/4]) as one int32 each: the first kept in the low half."""
+    b4 = tl.reshape(bits, (64, BK // 4, 2, 2))  # element e = 2 * i + j
+    be, bo = tl.split(b4)
+    b0, b2 = tl.split(be)
+    b1, b3 = tl.split(bo)
+    i0 = code & 3
+    i1 = code >> 2
+    lo = tl.where(i0 == 0, b0, tl.where(i0 == 1, b1, b2))
+    hi = tl.where(i1 == 3, b3, tl.where(i1 == 2, b2, b1))
+    return lo | (hi << 16)
 
 
 @triton.jit
 def _repack_pair_values_kernel(
     w_ptr,
     meta_ptr,
+    meta_t_ptr,
     out32_ptr,
     out_t32_ptr,
     r,
     c,
     stride_wr,
-    BR: tl.constexpr,
-    BC: tl.constexpr,
     SRC_F32: tl.constexpr,
     BF16: tl.constexpr,
 ):
-    """Rewrite the kept values of pack(W*M) [r, c] and pack((W*M)^T) [c, r] from one coalesced
-    read of W, the kept positions decoded from the metadata already in pack(W*M) (so values and
-    metadata cannot disagree; the metadata itself is written only when the mask changes)."""
-    r0 = tl.program_id(0) * BR
-    c0 = tl.program_id(1) * BC
-    rows = r0 + tl.arange(0, BR)
-    cols = c0 + tl.arange(0, BC)
+    """Values-only refresh of a packed pair from one 64 x 64 tile of W per program: the tile is
+    read once (coalesced), packed along its rows for W*M and, transposed in registers, along its
+    columns for (W*M)^T; each operand's kept positions come from its own metadata."""
+    r0 = tl.program_id(0) * 64
+    c0 = tl.program_id(1) * 64
+    rows = r0 + tl.arange(0, 64)
+    cols = c0 + tl.arange(0, 64)
     offs = rows[:, None].to(tl.int64) * stride_wr + cols[None, :]
     if SRC_F32:  # noqa: SIM108 (a constexpr branch of a Triton kernel)
         bits = _bits16(tl.load(w_ptr + offs), BF16)
     else:
         bits = tl.load(w_ptr + offs).to(tl.int32) & 0xFFFF
-    # the 4-bit code of every row group (layout in kernels/cslt_pack.py): word (r % 8) * 4 + g % 4
-    # of block ((r // 64) * (c // 32) + g // 8) * 4 + (r % 64) // 16, nibble 2 * ((g % 8) // 4) + (r % 16) // 8
-    g = c0 // 4 + tl.arange(0, BC // 4)
-    rr = rows[:, None]
-    gg = g[None, :]
-    block = ((rr // 64) * (c // 32) + gg // 8) * 4 + (rr % 64) // 16
-    addr = block.to(tl.int64) * 32 + (rr % 8) * 4 + gg % 4
-    word = tl.load(meta_ptr + addr).to(tl.int32) & 0xFFFF
-    code = (word >> (4 * (2 * ((gg % 8) // 4) + (rr % 16) // 8))) & 0xF  # [BR, BC/4]
-    i0 = (code & 3)[:, :, None]
-    i1 = (code >> 2)[:, :, None]
-    e = tl.arange(0, 4)[None, None, :]
-    b3 = tl.reshape(bits, (BR, BC // 4, 4))
-    v0 = tl.sum(tl.where(e == i0, b3, 0), axis=2)
-    v1 = tl.sum(tl.where(e == i1, b3, 0), axis=2)
-    tl.store(out32_ptr + rr.to(tl.int64) * (c // 4) + gg, v0 | (v1 << 16))
-    # (W*M)^T: groups of 4 rows of one column; a transposable mask keeps 2 of each
-    kp = tl.reshape((e == i0) | (e == i1), (BR // 4, 4, BC))
-    f = tl.arange(0, 4)[None, :, None]
-    j0 = tl.min(tl.where(kp, f, 4), axis=1)[:, None, :]
-    j1 = tl.max(tl.where(kp, f, -1), axis=1)[:, None, :]
-    bt = tl.reshape(bits, (BR // 4, 4, BC))
-    w0 = tl.sum(tl.where(f == j0, bt, 0), axis=1)  # [BR/4, BC]
-    w1 = tl.sum(tl.where(f == j1, bt, 0), axis=1)
-    q = r0 // 4 + tl.arange(0, BR // 4)
-    tl.store(out_t32_ptr + cols[None, :].to(tl.int64) * (r // 4) + q[:, None], w0 | (w1 << 16))
+    g = tl.arange(0, 16)
+    pairs = _kept_pairs(bits, _codes_tile(meta_ptr, r0, c0, c, 64), 64)
+    tl.store(out32_ptr + rows[:, None].to(tl.int64) * (c // 4) + c0 // 4 + g[None, :], pairs)
+    pairs_t = _kept_pairs(tl.trans(bits), _codes_tile(meta_t_ptr, c0, r0, r, 64), 64)
+    tl.store(out_t32_ptr + cols[:, None].to(tl.int64) * (r // 4) + r0 // 4 + g[None, :], pairs_t)
+
+
+# warps of the values-only pair refresh: 2, 4 and 8 ran within 3% of each other on the H100
+# (results/tuning/h100_probe_pack_kernels_pair.txt)
+PAIR_WARPS = 4
 
 
 def repack_pair_values(w: torch.Tensor, out: torch.Tensor, out_t: torch.Tensor) -> None:
@@ -280,19 +246,110 @@ def repack_pair_values(w: torch.Tensor, out: torch.Tensor, out_t: torch.Tensor) 
     src = w if src_f32 else w.view(torch.int16)
     flat16, flat16_t = out.view(torch.int16), out_t.view(torch.int16)
     vals = r * c // 2
-    bc = PAIR_COLS if c % PAIR_COLS == 0 else 64
-    grid = (r // PAIR_ROWS, c // bc)
-    _repack_pair_values_kernel[grid](
+    _repack_pair_values_kernel[(r // 64, c // 64)](
         src,
         flat16[vals:],
+        flat16_t[vals:],
         flat16[:vals].view(torch.int32),
         flat16_t[:vals].view(torch.int32),
         r,
         c,
         src.stride(0),
-        BR=PAIR_ROWS,
-        BC=bc,
         SRC_F32=src_f32,
         BF16=out.dtype == torch.bfloat16,
         num_warps=PAIR_WARPS,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# fused MVUE + pack on plain tiles (the fst weight-gradient operand, every backward)
+# --------------------------------------------------------------------------------------------
+
+# (tile columns, warps) by layout of A, the fastest bit-identical variants on the H100
+# (results/tuning/h100_probe_pack_kernels_mvue.txt): A row-major (dH^T of the column-major fst
+# FFN), A column-major (dY^T of a row-major dY: read along dY's rows, transposed in registers)
+MVUE_TILE_ROW_MAJOR = (128, 4)
+MVUE_TILE_COL_MAJOR = (64, 4)
+
+
+@triton.jit
+def _mvue_pack_kernel(
+    a_ptr,
+    out32_ptr,
+    meta_ptr,
+    seed_ptr,
+    m,
+    k,
+    stride_ar,
+    stride_ac,
+    BK: tl.constexpr,
+    ROW_MAJOR: tl.constexpr,
+    BF16: tl.constexpr,
+):
+    """Pack MVUE(A) 2:4 along k for A [m, k] given by strides (dY^T, dH^T: views of the gradient),
+    64 rows x BK columns per program. The tile is read along A's contiguous axis (transposed in
+    registers when that is the row axis), each group's four elements are split out of the tile
+    with no reductions, and the kept pair, its code and the metadata words are formed directly.
+    Same draws as ``kernels.mvue`` (group g: component g % 4 of ``rand4x(seed, g // 4)``)."""
+    rt = tl.program_id(0)
+    c0 = tl.program_id(1) * BK
+    rows = rt * 64 + tl.arange(0, 64)
+    cols = c0 + tl.arange(0, BK)
+    valid = rows[:, None] < m
+    if ROW_MAJOR:
+        offs = rows[:, None].to(tl.int64) * stride_ar + cols[None, :].to(tl.int64) * stride_ac
+        x = tl.load(a_ptr + offs, mask=valid, other=0.0).to(tl.float32)
+    else:  # rows of A contiguous: read [BK, 64] along them, transpose in registers
+        offs_t = cols[:, None].to(tl.int64) * stride_ac + rows[None, :].to(tl.int64) * stride_ar
+        x = tl.trans(tl.load(a_ptr + offs_t, mask=rows[None, :] < m, other=0.0).to(tl.float32))
+    x4 = tl.reshape(x, (64, BK // 4, 2, 2))  # element e = 2 * i + j of each group
+    xe, xo = tl.split(x4)
+    x0, x2 = tl.split(xe)
+    x1, x3 = tl.split(xo)
+    quad = rows[:, None].to(tl.int64) * (k // 16) + c0 // 16 + tl.arange(0, BK // 16)[None, :]
+    r0, r1, r2, r3 = tl.rand4x(tl.load(seed_ptr), quad)
+    u = tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), (64, BK // 4))
+    o0, o1, o2, o3, k0, k1, k2, k3 = _mvue_group(x0, x1, x2, x3, u)
+    # exactly two kept per group: the first and the second
+    lo = _bits16(tl.where(k0, o0, tl.where(k1, o1, o2)), BF16)
+    hi = _bits16(tl.where(k3, o3, tl.where(k2, o2, o1)), BF16)
+    g = c0 // 4 + tl.arange(0, BK // 4)
+    tl.store(out32_ptr + rows[:, None].to(tl.int64) * (k // 4) + g[None, :], lo | (hi << 16), mask=valid)
+    i0 = tl.where(k0, 0, tl.where(k1, 1, 2))
+    i1 = tl.where(k3, 3, tl.where(k2, 2, 1))
+    code = tl.where(valid, i0 | (i1 << 2), 14)  # rows past m: padding code
+    # tile row = rb * 16 + h * 8 + rr, tile group = kb * 8 + gh * 4 + gq; nibble 2 * gh + h
+    c6 = tl.reshape(code, (4, 2, 8, BK // 32, 2, 4))
+    h = tl.arange(0, 2)[None, :, None, None, None, None]
+    gh = tl.arange(0, 2)[None, None, None, None, :, None]
+    word = tl.sum(tl.sum(c6 << (4 * (2 * gh + h)), axis=4), axis=1)  # [rb, rr, kb, gq]
+    rb = tl.arange(0, 4)[:, None, None, None]
+    rr = tl.arange(0, 8)[None, :, None, None]
+    kb = tl.arange(0, BK // 32)[None, None, :, None]
+    gq = tl.arange(0, 4)[None, None, None, :]
+    block = (rt * (k // 32) + c0 // 32 + kb) * 4 + rb
+    tl.store(meta_ptr + block.to(tl.int64) * 32 + rr * 4 + gq, word.to(tl.int16))
+
+
+def mvue_pack_into(a: torch.Tensor, seed: torch.Tensor, out: torch.Tensor) -> None:
+    """Pack MVUE(a) along its rows (a [m, k], any strides, out's 16-bit dtype) into flat ``out``."""
+    m, k = a.shape
+    flat16 = out.view(torch.int16)
+    vals = m * k // 2
+    row_major = a.stride(1) == 1
+    bk, warps = MVUE_TILE_ROW_MAJOR if row_major else MVUE_TILE_COL_MAJOR
+    bk = bk if k % bk == 0 else 64
+    _mvue_pack_kernel[(triton.cdiv(m, 64), k // bk)](
+        a,
+        flat16[:vals].view(torch.int32),
+        flat16[vals:],
+        seed,
+        m,
+        k,
+        a.stride(0),
+        a.stride(1),
+        BK=bk,
+        ROW_MAJOR=row_major,
+        BF16=out.dtype == torch.bfloat16,
+        num_warps=warps,
     )
