@@ -13,7 +13,9 @@ module's output and input gradient are checked against a float32 dense twin whos
 multiplied by the same masks. Beside each measured S: its GEMM-level ceiling, S of the same module
 with fst's linears replaced by ``Gemm24Only`` (fst's 2:4 GEMMs in place, its per-step packing,
 MVUE and masked decay removed): the most S can reach while attention, norms, activation and bias
-work stay as they are. The breakdown itemizes what lies between fst and that ceiling.
+work stay as they are; and the fst bound, S if fst added to that ceiling only the bytes it cannot
+avoid (``fst_min_extra_bytes``: this step's packed weights, MVUE + pack of dY and dH) moved at the
+measured copy bandwidth. The breakdown itemizes what lies between fst and the ceiling.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from suites._training_bench import (
     ceiling_refusal,
     check_against_twin,
     factory,
+    fst_min_extra_bytes,
     fwd_bwd,
     mode_config,
 )
@@ -125,7 +128,11 @@ def _measure(ctx: RunContext, kind: str, cfg: GPT2Config, batch: int, n: int, mo
     if with_ceiling:
         ceiling = ms["dense"] / ms[CEILING]
         add(method="fst", metric="gemm_ceiling_speedup", value=ceiling, unit="x")
-        msg += f" (GEMM-level ceiling {ceiling:.2f}x)"
+        # the ceiling plus the bytes fst cannot avoid, at the measured copy bandwidth (serial kernels)
+        extra_ms = fst_min_extra_bytes(d, cfg.ffn_hidden, batch * n) / (ctx.ceilings.copy_gbps * 1e6)
+        bound = ms["dense"] / (ms[CEILING] + extra_ms)
+        add(method="fst", metric="fst_bound_speedup", value=bound, unit="x")
+        msg += f" (GEMM-level ceiling {ceiling:.2f}x, fst bound {bound:.2f}x)"
     ctx.log(msg)
     return ms
 
@@ -223,12 +230,14 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
     pv = {r.metric: r.value for r in paper.itertuples()}
     s = df[df["metric"] == "speedup_vs_dense"]
     ceil = df[df["metric"] == "gemm_ceiling_speedup"].groupby("shape")["value"].first().to_dict()
+    bound = df[df["metric"] == "fst_bound_speedup"].groupby("shape")["value"].first().to_dict()
     rows = []
     for (shape, method), v in s.groupby(["shape", "method"])["value"].first().items():
         info = _parse(shape)
         paper_val = pv.get("ffn_speedup_max") if info["kind"] == "ffn" else pv.get("block_speedup_typical")
         row = {**info, "method": method, "speedup": v, "paper (RTX 3090)": paper_val}
         row["gemm_ceiling"] = ceil.get(shape, float("nan")) if method == "fst" else float("nan")
+        row["fst_bound"] = bound.get(shape, float("nan")) if method == "fst" else float("nan")
         rows.append(row)
     if not rows:
         return pd.DataFrame()
@@ -245,8 +254,9 @@ def summary(df: pd.DataFrame) -> str:
         sub = t[(t["kind"] == kind) & (t["method"] == "fst")]
         if not sub.empty:
             msg = f"fst {kind}: {sub['speedup'].min():.2f}-{sub['speedup'].max():.2f}x ({target}"
-            c = sub["gemm_ceiling"].dropna()
-            msg += f"; GEMM-level ceiling {c.min():.2f}-{c.max():.2f}x)" if not c.empty else ")"
+            c, b = sub["gemm_ceiling"].dropna(), sub["fst_bound"].dropna()
+            msg += f"; GEMM-level ceiling {c.min():.2f}-{c.max():.2f}x" if not c.empty else ""
+            msg += f"; fst bound {b.min():.2f}-{b.max():.2f}x)" if not b.empty else ")"
             parts.append(msg)
     return "; ".join(parts) or "see page"
 
@@ -263,12 +273,15 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
             (line,) = ax.plot(g["N"], g["speedup"], marker="o", label=f"d={d}")
             if g["gemm_ceiling"].notna().any():
                 ax.plot(g["N"], g["gemm_ceiling"], ls=":", color=line.get_color(), lw=0.9)
+            if g["fst_bound"].notna().any():
+                ax.plot(g["N"], g["fst_bound"], ls="", marker="_", ms=9, color=line.get_color())
         ax.axhline(1.0, color="grey", lw=0.8)
         paper = 1.5 if kind == "ffn" else 1.2
         ax.axhline(paper, color="black", ls="--", lw=0.8, label=f"paper ({'max' if kind == 'ffn' else 'typical'})")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size N")
         ax.plot([], [], ls=":", color="grey", label="GEMM-level ceiling")
+        ax.plot([], [], ls="", marker="_", ms=9, color="grey", label="fst bound (ceiling + unavoidable bytes)")
         ax.set_ylabel("S = dense / fst (fwd+bwd)")
         ax.set_title(f"FFN, n={FFN_N}" if kind == "ffn" else f"block, n={n}")
         ax.legend(fontsize=6)
