@@ -290,7 +290,7 @@ def _mvue_pack_kernel(
     64 rows x BK columns per program. The tile is read along A's contiguous axis (transposed in
     registers when that is the row axis), each group's four elements are split out of the tile
     with no reductions, and the kept pair, its code and the metadata words are formed directly.
-    Same draws as ``kernels.mvue`` (group g: component g % 4 of ``rand4x(seed, g // 4)``)."""
+    Same uniforms as ``kernels.mvue`` (group g: component g % 4 of ``rand4x(seed, g // 4)``)."""
     rt = tl.program_id(0)
     c0 = tl.program_id(1) * BK
     rows = rt * 64 + tl.arange(0, 64)

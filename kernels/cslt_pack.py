@@ -21,7 +21,9 @@ dtype our packing is compared bit for bit with ``torch._cslt_compress`` (:func:`
 if it differs, callers fall back to ``_cslt_compress`` with a warning. The Triton kernels
 (``kernels/_cslt_pack_triton.py``) write the values and the metadata in one pass, and
 :func:`cslt_pack_pair` packs ``W*M`` and ``(W*M)^T`` from one read of ``W`` (the forward and the
-input-gradient operands of a transposable 2:4 layer). :func:`cslt_pack_reference` is the same
+input-gradient operands of a transposable 2:4 layer); :func:`cslt_repack_pair_values` rewrites
+only the kept values of such a pair from the updated weight (the per-step job while the mask
+holds), :func:`cslt_pack_pair_into` repacks it in place when the mask changes. :func:`cslt_pack_reference` is the same
 layout in plain PyTorch; :func:`cslt_unpack_reference` inverts it (tests; documentation).
 """
 
@@ -298,9 +300,13 @@ def cslt_repack_pair_values(w: torch.Tensor, packed: torch.Tensor, packed_t: tor
 def cslt_pack_mvue_t(x: torch.Tensor, seed_tensor: torch.Tensor) -> torch.Tensor:
     """Packed MVUE(x^T) 2:4 along x's rows, in one pass over ``x`` [T, n] (fp16/bf16): the
     weight-gradient operand of fully sparse training, MVUE(dY^T) [n, T], with no transposed copy
-    and no unpacked intermediate. Draws exactly as ``kernels.mvue.mvue24_nocheck(x.t(),
+    and no unpacked intermediate. Draws the uniforms of ``kernels.mvue.mvue24_nocheck(x.t(),
     seed_tensor=...)`` (the seed tensor is read on the device and then incremented), so the
-    result equals ``cslt_pack(that, its keep-mask)`` bit for bit. No value checks (graph-safe):
+    result equals ``cslt_pack(that, its keep-mask)`` bit for bit (the interpreter, and the
+    compiled kernels at every shape tested) except at rounding ties: where a group's sampling
+    point lies within 1 ulp of a threshold the two compiled kernels may keep different pairs
+    (1 group of 16.7M at 8192x8192 on an H100, results/tuning/h100_debug_mvue_square.txt); both
+    are draws of the same unbiased estimator. No value checks (graph-safe):
     the caller guarantees what ``mvue24_nocheck`` asks (finite x, 2 * max|x| within the dtype)."""
     from kernels.mvue import _check_seed_tensor, mvue24_nocheck
 
