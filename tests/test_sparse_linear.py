@@ -927,6 +927,15 @@ def test_cuda_graph_capture_and_fresh_mvue_draws(mode):
     else:
         assert torch.equal(grads[0], grads[1])
         assert_close_rel(grads[0], rdw, 2e-2)
+    # new weights (an optimizer step, mask unchanged): the replay's packed values follow them
+    if mode != "srste":
+        with torch.no_grad():
+            layer.weight.mul_(0.5).add_(0.01)
+        layer.after_optimizer_step(1, 10**6)  # not a refresh step
+        assert torch.equal(layer.mask, mask)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_close_rel(y, x.double() @ (layer.weight.double() * mask).T + layer.bias.double(), 2e-2)
     # a new mask written outside the graph is seen by the next replay
     if mode != "srste":
         with torch.no_grad():
