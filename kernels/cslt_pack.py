@@ -257,11 +257,11 @@ def cslt_pack_pair_into(
 ) -> None:
     """:func:`cslt_pack_pair` written in place into existing buffers (values and metadata), so
     that CUDA graphs holding those buffers see a new mask."""
-    pdt = packed.dtype if isinstance(packed, torch.Tensor) and packed.dtype in PACK_DTYPES else torch.bfloat16
-    w, mask, _ = _check(w, mask, pdt, "w")
+    w = check_tensor("w", w, ndim=2, finite=False)
+    dt, r, c = _check_pair_buffers(w, packed, packed_t)
+    w, mask, _ = _check(w, mask, dt, "w")
     if mask is None:
         raise TypeError("cslt_pack_pair_into needs the transposable mask")
-    dt, r, c = _check_pair_buffers(w, packed, packed_t)
     if not use_triton(w):
         p, pt = cslt_pack_pair(w, mask, dtype=dt, check=check)
         packed.copy_(p.view(packed.shape))
