@@ -9,6 +9,8 @@
   one coalesced 64x64 tile of W, packed along rows for W*M and, transposed in registers, for
   (W*M)^T; kept positions from each operand's own metadata, which stays as it is.
 * ``_mvue_pack_kernel``: the per-backward MVUE + pack of the weight-gradient operand.
+* ``_act_bwd_mvue_pack_kernel``: an activation backward whose result is that operand (dH of the
+  fst FFN), computed, stored and MVUE-packed in one pass.
 
 The two kept values of a group are stored as one 32-bit word (they are adjacent in the output)."""
 
@@ -18,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.geglu import _act_and_grad
 from kernels.mvue import _mvue_group
 
 ROWS = 64
@@ -273,35 +276,13 @@ MVUE_TILE_COL_MAJOR = (64, 4)
 
 
 @triton.jit
-def _mvue_pack_kernel(
-    a_ptr,
-    out32_ptr,
-    meta_ptr,
-    seed_ptr,
-    m,
-    k,
-    stride_ar,
-    stride_ac,
-    BK: tl.constexpr,
-    ROW_MAJOR: tl.constexpr,
-    BF16: tl.constexpr,
-):
-    """Pack MVUE(A) 2:4 along k for A [m, k] given by strides (dY^T, dH^T: views of the gradient),
-    64 rows x BK columns per program. The tile is read along A's contiguous axis (transposed in
-    registers when that is the row axis), each group's four elements are split out of the tile
-    with no reductions, and the kept pair, its code and the metadata words are formed directly.
-    Same uniforms as ``kernels.mvue`` (group g: component g % 4 of ``rand4x(seed, g // 4)``)."""
-    rt = tl.program_id(0)
-    c0 = tl.program_id(1) * BK
+def _mvue_pack_tile(x, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK: tl.constexpr, BF16: tl.constexpr):
+    """MVUE + pack of one fp32 tile ``x`` [64, BK] (rows rt*64.., columns c0.. of A [m, k]), 2:4
+    along k: each group's four elements are split out of the tile with no reductions, and the
+    kept pair, its code and the metadata words are formed directly. Same uniforms as
+    ``kernels.mvue`` (group g: component g % 4 of ``rand4x(seed, g // 4)``)."""
     rows = rt * 64 + tl.arange(0, 64)
-    cols = c0 + tl.arange(0, BK)
     valid = rows[:, None] < m
-    if ROW_MAJOR:
-        offs = rows[:, None].to(tl.int64) * stride_ar + cols[None, :].to(tl.int64) * stride_ac
-        x = tl.load(a_ptr + offs, mask=valid, other=0.0).to(tl.float32)
-    else:  # rows of A contiguous: read [BK, 64] along them, transpose in registers
-        offs_t = cols[:, None].to(tl.int64) * stride_ac + rows[None, :].to(tl.int64) * stride_ar
-        x = tl.trans(tl.load(a_ptr + offs_t, mask=rows[None, :] < m, other=0.0).to(tl.float32))
     x4 = tl.reshape(x, (64, BK // 4, 2, 2))  # element e = 2 * i + j of each group
     xe, xo = tl.split(x4)
     x0, x2 = tl.split(xe)
@@ -331,6 +312,36 @@ def _mvue_pack_kernel(
     tl.store(meta_ptr + block.to(tl.int64) * 32 + rr * 4 + gq, word.to(tl.int16))
 
 
+@triton.jit
+def _mvue_pack_kernel(
+    a_ptr,
+    out32_ptr,
+    meta_ptr,
+    seed_ptr,
+    m,
+    k,
+    stride_ar,
+    stride_ac,
+    BK: tl.constexpr,
+    ROW_MAJOR: tl.constexpr,
+    BF16: tl.constexpr,
+):
+    """Pack MVUE(A) 2:4 along k for A [m, k] given by strides (dY^T, dH^T: views of the gradient),
+    64 rows x BK columns per program. The tile is read along A's contiguous axis (transposed in
+    registers when that is the row axis)."""
+    rt = tl.program_id(0)
+    c0 = tl.program_id(1) * BK
+    rows = rt * 64 + tl.arange(0, 64)
+    cols = c0 + tl.arange(0, BK)
+    if ROW_MAJOR:
+        offs = rows[:, None].to(tl.int64) * stride_ar + cols[None, :].to(tl.int64) * stride_ac
+        x = tl.load(a_ptr + offs, mask=rows[:, None] < m, other=0.0).to(tl.float32)
+    else:  # rows of A contiguous: read [BK, 64] along them, transpose in registers
+        offs_t = cols[:, None].to(tl.int64) * stride_ac + rows[None, :].to(tl.int64) * stride_ar
+        x = tl.trans(tl.load(a_ptr + offs_t, mask=rows[None, :] < m, other=0.0).to(tl.float32))
+    _mvue_pack_tile(x, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, BF16)
+
+
 def mvue_pack_into(a: torch.Tensor, seed: torch.Tensor, out: torch.Tensor) -> None:
     """Pack MVUE(a) along its rows (a [m, k], any strides, out's 16-bit dtype) into flat ``out``."""
     m, k = a.shape
@@ -350,6 +361,85 @@ def mvue_pack_into(a: torch.Tensor, seed: torch.Tensor, out: torch.Tensor) -> No
         a.stride(1),
         BK=bk,
         ROW_MAJOR=row_major,
+        BF16=out.dtype == torch.bfloat16,
+        num_warps=warps,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# activation backward fused with the MVUE pack of its result (the fst FFN's dH, every backward)
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _act_bwd_mvue_pack_kernel(
+    h_ptr,
+    g_ptr,
+    dh_ptr,
+    out32_ptr,
+    meta_ptr,
+    seed_ptr,
+    m,
+    k,
+    stride_ar,
+    stride_ac,
+    BK: tl.constexpr,
+    ROW_MAJOR: tl.constexpr,
+    ACT: tl.constexpr,
+    BF16: tl.constexpr,
+):
+    """dH = act'(H) * G, stored in H's layout, and packed MVUE(dH) 2:4 along k, in one pass.
+    H, G and dH share strides; A = dH is [m, k] through them (dH^T of the activation's [T, n]
+    input). Tiles as in ``_mvue_pack_kernel``; the MVUE reads dH as stored (rounded to the
+    16-bit dtype), so the pack equals ``_mvue_pack_kernel`` run on the stored dH."""
+    rt = tl.program_id(0)
+    c0 = tl.program_id(1) * BK
+    rows = rt * 64 + tl.arange(0, 64)
+    cols = c0 + tl.arange(0, BK)
+    if ROW_MAJOR:
+        offs = rows[:, None].to(tl.int64) * stride_ar + cols[None, :].to(tl.int64) * stride_ac
+        inb = rows[:, None] < m
+    else:  # rows of A contiguous: work on [BK, 64] along them, transpose in registers
+        offs = cols[:, None].to(tl.int64) * stride_ac + rows[None, :].to(tl.int64) * stride_ar
+        inb = rows[None, :] < m
+    h = tl.load(h_ptr + offs, mask=inb, other=0.0).to(tl.float32)
+    gr = tl.load(g_ptr + offs, mask=inb, other=0.0).to(tl.float32)
+    _, dact = _act_and_grad(h, ACT)
+    dh = (gr * dact).to(dh_ptr.dtype.element_ty)
+    tl.store(dh_ptr + offs, dh, mask=inb)
+    x = dh.to(tl.float32)
+    if not ROW_MAJOR:
+        x = tl.trans(x)
+    _mvue_pack_tile(x, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, BF16)
+
+
+def act_bwd_mvue_pack_t_into(
+    h: torch.Tensor, g: torch.Tensor, dh: torch.Tensor, act: int, seed: torch.Tensor, out: torch.Tensor
+) -> None:
+    """dh = act'(h) * g for [T, n] tensors of one layout (written into ``dh``), and packed
+    MVUE(dh^T) along dh's rows (operand [n, T]) into flat ``out``: the fused form of the
+    activation backward followed by :func:`pack_mvue_t_into`."""
+    a = dh.t()
+    m, k = a.shape
+    flat16 = out.view(torch.int16)
+    vals = m * k // 2
+    row_major = a.stride(1) == 1
+    bk, warps = MVUE_TILE_ROW_MAJOR if row_major else MVUE_TILE_COL_MAJOR
+    bk = bk if k % bk == 0 else 64
+    _act_bwd_mvue_pack_kernel[(triton.cdiv(m, 64), k // bk)](
+        h,
+        g,
+        dh,
+        flat16[:vals].view(torch.int32),
+        flat16[vals:],
+        seed,
+        m,
+        k,
+        a.stride(0),
+        a.stride(1),
+        BK=bk,
+        ROW_MAJOR=row_major,
+        ACT=act,
         BF16=out.dtype == torch.bfloat16,
         num_warps=warps,
     )

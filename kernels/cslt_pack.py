@@ -327,10 +327,63 @@ def cslt_pack_mvue_t(x: torch.Tensor, seed_tensor: torch.Tensor) -> torch.Tensor
     return _packed_view(out, n)
 
 
+GELU_APPROXIMATIONS = ("none", "tanh")
+
+
+def gelu_backward_reference(h: torch.Tensor, g: torch.Tensor, approximate: str = "tanh") -> torch.Tensor:
+    """GELU'(h) * g in float32, rounded to h's dtype, in h's layout (what the fused kernel stores)."""
+    dh = torch.ops.aten.gelu_backward(g.float(), h.float(), approximate=approximate)
+    return torch.empty_like(h).copy_(dh)
+
+
+def cslt_gelu_backward_mvue_pack_t(
+    h: torch.Tensor, g: torch.Tensor, seed_tensor: torch.Tensor, approximate: str = "tanh"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The GELU backward ``dh = GELU'(h) * g`` and the packed MVUE(dh^T), in one pass.
+
+    ``h`` (the GELU input) and ``g`` (the gradient of its output) are [T, n] fp16/bf16 tensors of
+    one layout, row- or column-major; ``dh`` comes back in that layout, and the packed operand is
+    what ``cslt_pack_mvue_t(dh, seed_tensor)`` returns for that ``dh`` (same uniforms; the seed
+    tensor is read on the device and then incremented). Why: in the fst FFN, dH is the output
+    gradient of the first linear, whose weight-gradient GEMM needs MVUE(dH^T) packed; fusing saves
+    the pack a full read of dH. No value checks (graph-safe; the caller guarantees what
+    ``cslt_pack_mvue_t`` asks). Where Triton does not run: the reference backward, then
+    ``cslt_pack_mvue_t``."""
+    from kernels.mvue import _check_seed_tensor
+
+    if not isinstance(approximate, str) or approximate not in GELU_APPROXIMATIONS:
+        raise ValueError(f"approximate must be one of {GELU_APPROXIMATIONS}, got {approximate!r}")
+    h = check_tensor("h", h, dtypes=PACK_DTYPES, ndim=2, finite=False)
+    g = check_tensor("g", g, dtypes=(h.dtype,), ndim=2, finite=False)
+    if g.shape != h.shape:
+        raise ValueError(f"g has shape {tuple(g.shape)} but h has {tuple(h.shape)}")
+    if g.device != h.device:
+        raise ValueError(f"g is on {g.device} but h is on {h.device}")
+    if not (h.is_contiguous() or h.t().is_contiguous()) or g.stride() != h.stride():
+        raise ValueError(
+            f"h and g must share one row- or column-major layout, got strides {h.stride()} and {g.stride()}"
+        )
+    t, n = h.shape
+    if n % 32 or t % 64:
+        raise ValueError(f"h is {t}x{n}: packing MVUE(dh^T) needs n % 32 == 0 and T % 64 == 0")
+    _check_seed_tensor(seed_tensor, h)
+    if not use_triton(h):
+        dh = gelu_backward_reference(h, g, approximate)
+        return dh, cslt_pack_mvue_t(dh, seed_tensor)
+    from kernels._cslt_pack_triton import act_bwd_mvue_pack_t_into
+    from kernels.geglu import _act_code
+
+    dh = torch.empty_like(h)  # h's strides (row- or column-major)
+    out = _alloc(n, t, h.dtype, h.device)
+    act_bwd_mvue_pack_t_into(h, g, dh, _act_code(approximate), seed_tensor, out)
+    seed_tensor.add_(1)  # on the device, as cslt_pack_mvue_t does
+    return dh, _packed_view(out, n)
+
+
 def _self_test_paths(device: torch.device, dtype: torch.dtype, g: torch.Generator) -> bool:
-    """The pair (W and a transposed view), its values-only refresh and the fused MVUE pack equal
-    the reference packing of the same operands on this device (the compiled kernel, not only the
-    interpreter's semantics)."""
+    """The pair (W and a transposed view), its values-only refresh, the fused MVUE pack and the
+    GELU backward fused with it equal the reference packing of the same operands on this device
+    (the compiled kernel, not only the interpreter's semantics)."""
     from kernels.mvue import mvue24_nocheck
     from kernels.transposable import transposable_mask
 
@@ -353,7 +406,12 @@ def _self_test_paths(device: torch.device, dtype: torch.dtype, g: torch.Generato
     ok = ok and torch.equal(cslt_pack_mvue_t(x, seed), ref)
     x_col = x.t().contiguous().t()  # rows of x^T contiguous: the kernel's other launch configuration
     seed.fill_(3)
-    return ok and torch.equal(cslt_pack_mvue_t(x_col, seed), ref)
+    ok = ok and torch.equal(cslt_pack_mvue_t(x_col, seed), ref)
+    for layout in (lambda t: t, lambda t: t.t().contiguous().t()):  # GELU backward fused with the pack
+        h, gr = layout(x), layout(torch.randn(128, 96, device=device, generator=g).to(dtype))
+        dh, packed = cslt_gelu_backward_mvue_pack_t(h, gr, seed.fill_(5))
+        ok = ok and torch.equal(packed, cslt_pack_mvue_t(dh, seed.fill_(5))) and dh.stride() == h.stride()
+    return ok
 
 
 def layout_matches(device: torch.device, dtype: torch.dtype) -> bool:
@@ -394,6 +452,9 @@ def layout_matches(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 __all__ = [
+    "GELU_APPROXIMATIONS",
+    "cslt_gelu_backward_mvue_pack_t",
+    "gelu_backward_reference",
     "cslt_pack",
     "cslt_keep_mask_reference",
     "cslt_pack_mvue_t",

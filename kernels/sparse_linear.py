@@ -122,6 +122,41 @@ class _Plan:
     col_out: bool = False
 
 
+class GradHandoff:
+    """A slot, one per forward of an fst layer, through which the module that consumes the layer's
+    output may hand the layer's backward its weight-gradient operand already packed: packed
+    MVUE(dY^T), computed together with dY itself (``kernels.sparse_activation.fst_gelu``: the
+    GELU backward fused with the pack). The backward uses it only for the very tensor it was
+    made from (same storage, shape, strides and version), else packs dY itself."""
+
+    __slots__ = ("plan", "layer_seed", "_key", "_packed")
+
+    def __init__(self, plan: _Plan, layer_seed: torch.Tensor | None) -> None:
+        self.plan = plan
+        self.layer_seed = layer_seed  # the layer's MVUE seed tensor: the packer draws with it
+        self._key: tuple | None = None
+        self._packed: torch.Tensor | None = None
+
+    @property
+    def wants_packed_grad(self) -> bool:
+        """Whether the backward packs MVUE(dY^T) for a cuSPARSELt GEMM on the graph-safe path."""
+        return self.plan.mode == "fst" and self.plan.cslt and not self.plan.checks and self.layer_seed is not None
+
+    @staticmethod
+    def _key_of(t: torch.Tensor) -> tuple:
+        return (t.data_ptr(), tuple(t.shape), t.stride(), t._version, t.dtype)
+
+    def offer(self, dy2d: torch.Tensor, packed: torch.Tensor) -> None:
+        """Hand over ``packed`` = packed MVUE(dy2d^T) for the gradient ``dy2d`` [T, out]."""
+        self._key, self._packed = self._key_of(dy2d), packed
+
+    def take(self, dy2d: torch.Tensor) -> torch.Tensor | None:
+        """The packed operand offered for exactly this ``dy2d`` (then forgotten), or None."""
+        packed, key = self._packed, self._key
+        self._key = self._packed = None
+        return packed if packed is not None and key == self._key_of(dy2d) else None
+
+
 OUTPUT_LAYOUTS = ("row", "col")
 """Valid ``output_layout`` values of :class:`SparseLinear`."""
 
@@ -133,11 +168,16 @@ def _as_2d(t: torch.Tensor, features: int) -> torch.Tensor:
     return t2 if t2.is_contiguous() or t2.t().is_contiguous() else t2.contiguous()
 
 
-def _fst_weight_grad(dy2d: torch.Tensor, x2d: torch.Tensor, seed: torch.Tensor, plan: _Plan) -> torch.Tensor:
+def _fst_weight_grad(
+    dy2d: torch.Tensor, x2d: torch.Tensor, seed: torch.Tensor, plan: _Plan, handoff: GradHandoff | None = None
+) -> torch.Tensor:
     """dW = MVUE(dY^T along tokens) @ X: [out, T] 2:4 along T, so this GEMM is 2:4 too. On the
     cuSPARSELt path MVUE, the transpose and the packing are one pass over dY
     (``kernels.cslt_pack.cslt_pack_mvue_t``; same draws as ``mvue24_nocheck``)."""
     t = dy2d.shape[0]
+    packed = handoff.take(dy2d) if handoff is not None else None
+    if packed is not None:  # MVUE(dY^T) packed by whoever computed dY, in the same pass
+        return cslt_mm_packed(packed, (dy2d.shape[1], t), x2d, transpose_result=False)
     pad = (-t) % 4
     # one scan of dY (zero tokens change neither finiteness nor max|dY|; padded only to satisfy
     # the validator's group-size check in the rare unaligned case)
@@ -169,7 +209,7 @@ class _SparseLinearFn(torch.autograd.Function):
     transposed view of a contiguous [out, T] buffer) when ``plan.col_out``; dX has X's layout."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, mask, seed, plan, pair):
+    def forward(ctx, x, weight, bias, mask, seed, plan, pair, handoff):
         dt = x.dtype
         x2d = _as_2d(x, x.shape[-1])
         wm = packed_t = None
@@ -192,8 +232,10 @@ class _SparseLinearFn(torch.autograd.Function):
                 y = yt.t()
             else:
                 y = torch.addmm(bias.to(dt), x2d, wm.t()) if bias is not None else x2d @ wm.t()
-        ctx.save_for_backward(x2d, wm, packed_t, weight, mask, seed)
+        ctx.save_for_backward(x2d, wm, packed_t, weight, mask)
+        ctx.seed = seed  # not saved: it is advanced in place on the device (by us, or a handoff)
         ctx.plan = plan
+        ctx.handoff = handoff
         ctx.dt = dt
         ctx.x_col = not x2d.is_contiguous()
         ctx.x_shape = x.shape
@@ -203,7 +245,8 @@ class _SparseLinearFn(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        x2d, wm, packed_t, weight, mask, seed = ctx.saved_tensors
+        x2d, wm, packed_t, weight, mask = ctx.saved_tensors
+        seed = ctx.seed
         plan: _Plan = ctx.plan
         out_f, in_f = weight.shape
         with _no_autocast(plan.device_type):
@@ -221,7 +264,7 @@ class _SparseLinearFn(torch.autograd.Function):
                     dx = (wm.t() @ dy2d.t()).t() if ctx.x_col else dy2d @ wm
                 dx = dx.reshape(ctx.x_shape)
             if ctx.needs_input_grad[1]:
-                dw = _fst_weight_grad(dy2d, x2d, seed, plan) if plan.mode == "fst" else dy2d.t() @ x2d
+                dw = _fst_weight_grad(dy2d, x2d, seed, plan, ctx.handoff) if plan.mode == "fst" else dy2d.t() @ x2d
                 if plan.decay and not plan.checks:  # cast to the master dtype and decay in one pass
                     dw = masked_decay_cast_nocheck(dw, weight.detach(), mask, plan.decay)
                 else:
@@ -230,7 +273,7 @@ class _SparseLinearFn(torch.autograd.Function):
                         masked_decay_(dw, weight.detach(), mask, plan.decay)
             if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
                 db = dy2d.sum(0, dtype=torch.float32).to(ctx.bias_dtype)
-        return dx, dw, db, None, None, None, None
+        return dx, dw, db, None, None, None, None, None
 
 
 class SparseLinear(nn.Linear):
@@ -314,6 +357,8 @@ class SparseLinear(nn.Linear):
         # (device, compute dtype) -> packed (W*M, (W*M)^T) of fst/weight24 on cuSPARSELt: kept
         # across steps, values rewritten each forward, metadata only when the mask changes
         self._pairs: dict[tuple[str, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+        # the last sparse forward's slot for a packed weight-gradient operand (GradHandoff)
+        self.grad_handoff: GradHandoff | None = None
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         if mode != "dense" and self.weight.dtype not in FLOAT_DTYPES:
             names = ", ".join(_dtype_name(d) for d in FLOAT_DTYPES)
@@ -609,6 +654,7 @@ class SparseLinear(nn.Linear):
         checks = self._checks()
         if checks:
             check_tensor("input", x, dtypes=FLOAT_DTYPES if self.mode != "dense" else (*FLOAT_DTYPES, torch.float64))
+        self.grad_handoff = None
         if self.is_dense:
             return F.linear(x, self.weight, self.bias)
         dev = x.device.type
@@ -641,8 +687,9 @@ class SparseLinear(nn.Linear):
                 mask = self._mask
             pair = self._packed_pair(dt) if reason is None and self.mode in _TRANSPOSABLE_MODES else None
         plan = _Plan(self.mode, self.decay, reason is None, checks, dev, self._output_layout == "col")
+        self.grad_handoff = handoff = GradHandoff(plan, self.mvue_seed)
         with _no_autocast(dev):
-            return _SparseLinearFn.apply(x, self.weight, self.bias, mask, self.mvue_seed, plan, pair)
+            return _SparseLinearFn.apply(x, self.weight, self.bias, mask, self.mvue_seed, plan, pair, handoff)
 
 
 def _after_load_state_dict(module: nn.Module, incompatible_keys: object) -> None:
@@ -651,4 +698,4 @@ def _after_load_state_dict(module: nn.Module, incompatible_keys: object) -> None
         module.refresh_mask()
 
 
-__all__ = ["FAST_PATH", "MODES", "OUTPUT_LAYOUTS", "SparseLinear"]
+__all__ = ["FAST_PATH", "MODES", "OUTPUT_LAYOUTS", "GradHandoff", "SparseLinear"]

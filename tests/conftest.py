@@ -1,4 +1,27 @@
 import os
 
+import pytest
+
 # Triton kernels run on the CPU through the interpreter in tests (CI has no GPU).
 os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture
+def emulated_cusparselt(monkeypatch):
+    """SparseLinear takes its cuSPARSELt path on the CPU: our packing kernels run (through the
+    interpreter) and the 2:4 GEMM multiplies the unpacked operand."""
+    import kernels.sparse_gemm as sg_mod
+    import kernels.sparse_linear as sl_mod
+    from kernels.cslt_pack import cslt_unpack_reference
+
+    def mm_packed(packed, a_shape, b, *, transpose_result=False, bias=None):
+        y = cslt_unpack_reference(packed, *a_shape).float() @ b.float()
+        if bias is not None:
+            y = y + bias.float()[:, None]
+        y = y.to(b.dtype)
+        return y.t().contiguous() if transpose_result else y
+
+    monkeypatch.setattr(sl_mod, "cslt_refusal", lambda *a, **k: None)
+    monkeypatch.setattr(sl_mod, "cslt_mm_packed", mm_packed)
+    monkeypatch.setattr(sg_mod, "layout_matches", lambda device, dtype: True)
+    return True

@@ -323,3 +323,92 @@ def test_gpu_packed_mm_with_bias(transpose_result):
     y = cslt_mm_packed(cslt_pack(a, mask), (m, k), b, transpose_result=transpose_result, bias=bias)
     ref = (a * mask).double() @ b.double() + bias.double()[:, None]
     assert rel_err(y.t() if transpose_result else y, ref) < 1e-2
+
+
+@pytest.mark.parametrize("dname", ["bf16", "fp16"])
+@pytest.mark.parametrize("layout", ["row", "col"])
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+def test_gelu_backward_mvue_pack_matches_separate_passes(dname, layout, approximate):
+    """One pass (GELU backward, stored, then MVUE of its transpose, packed) == the GELU backward
+    (within one ulp of a float64 reference, plus fp32 cancellation) followed by ``cslt_pack_mvue_t`` of what was stored,
+    bit for bit; dh keeps h's layout; the seed advances by one, as with the separate pack."""
+    from kernels.cslt_pack import cslt_gelu_backward_mvue_pack_t, cslt_pack_mvue_t
+
+    dt = DTYPES[dname]
+    t, n = 128, 96
+    gen = torch.Generator().manual_seed(31)
+    h, g = (torch.randn(t, n, generator=gen).mul(2).to(dt) for _ in range(2))
+    g[:4, :8] = 0  # groups with zero gradient (degenerate MVUE groups)
+    if layout == "col":
+        h, g = h.t().contiguous().t(), g.t().contiguous().t()
+    seed, seed_ref = torch.tensor([77]), torch.tensor([77])
+    dh, packed = cslt_gelu_backward_mvue_pack_t(h, g, seed, approximate)
+    assert dh.stride() == h.stride() and dh.dtype == dt and int(seed) == 78
+    ref = torch.ops.aten.gelu_backward(g.double(), h.double(), approximate=approximate)
+    # one ulp, plus the fp32 cancellation of 1 + tanh far left (torch's fp32 backward has it too)
+    tol = torch.finfo(dt).eps * ref.abs() + 1e-5 * g.double().abs()
+    assert torch.isfinite(dh).all() and ((dh.double() - ref).abs() <= tol).all()
+    assert rel_err(dh, ref) < (4e-3 if dt == torch.bfloat16 else 5e-4)
+    assert torch.equal(bits(packed), bits(cslt_pack_mvue_t(dh, seed_ref)))
+    again = cslt_gelu_backward_mvue_pack_t(h, g, seed, approximate)[1]  # draws afresh
+    assert not torch.equal(bits(again), bits(packed))
+
+
+def test_gelu_backward_mvue_pack_bad_input():
+    from kernels.cslt_pack import cslt_gelu_backward_mvue_pack_t
+
+    h = torch.randn(128, 64).to(torch.bfloat16)
+    seed = torch.tensor([1])
+    with pytest.raises(ValueError, match="approximate"):
+        cslt_gelu_backward_mvue_pack_t(h, h.clone(), seed, "erf")
+    with pytest.raises(TypeError):
+        cslt_gelu_backward_mvue_pack_t(h, h.half(), seed)
+    with pytest.raises(TypeError):
+        cslt_gelu_backward_mvue_pack_t(h.float(), h.float(), seed)
+    with pytest.raises(ValueError, match="shape"):
+        cslt_gelu_backward_mvue_pack_t(h, h[:64].clone(), seed)
+    with pytest.raises(ValueError, match="layout"):
+        cslt_gelu_backward_mvue_pack_t(h, h.t().contiguous().t(), seed)
+    with pytest.raises(ValueError, match="layout"):
+        cslt_gelu_backward_mvue_pack_t(h[:, ::2], h[:, ::2], seed)
+    with pytest.raises(ValueError, match="T % 64"):
+        cslt_gelu_backward_mvue_pack_t(h[:32], h[:32], seed)
+    with pytest.raises(TypeError, match="seed_tensor"):
+        cslt_gelu_backward_mvue_pack_t(h, h.clone(), torch.tensor([1], dtype=torch.int32))
+
+
+def test_self_test_catches_a_wrong_fused_gelu_pack():
+    import kernels.cslt_pack as cp
+
+    g = torch.Generator().manual_seed(0)
+    real = cp.cslt_gelu_backward_mvue_pack_t
+    try:
+        cp.cslt_gelu_backward_mvue_pack_t = lambda h, gr, s, a="tanh": (lambda r: (r[0], r[1].neg()))(real(h, gr, s, a))  # noqa: E731
+        assert not cp._self_test_paths(torch.device("cpu"), torch.bfloat16, g)
+    finally:
+        cp.cslt_gelu_backward_mvue_pack_t = real
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dname", ["bf16", "fp16"])
+@pytest.mark.parametrize("layout", ["row", "col"])
+def test_gpu_gelu_backward_mvue_pack(dname, layout):
+    """The compiled kernel: dh within one ulp of float64 (plus fp32 cancellation), pack ==
+    cslt_pack_mvue_t of that dh, and the packed operand multiplies right on cuSPARSELt."""
+    from kernels.cslt_pack import cslt_gelu_backward_mvue_pack_t, cslt_pack_mvue_t, cslt_unpack_reference
+
+    dt = DTYPES[dname]
+    gen = torch.Generator().manual_seed(17)
+    h, g = (torch.randn(1024, 768, generator=gen).to(dt).cuda() for _ in range(2))
+    if layout == "col":
+        h, g = h.t().contiguous().t(), g.t().contiguous().t()
+    seed = torch.tensor([5], dtype=torch.int64, device="cuda")
+    dh, packed = cslt_gelu_backward_mvue_pack_t(h, g, seed)
+    ref = torch.ops.aten.gelu_backward(g.double(), h.double(), approximate="tanh")
+    tol = torch.finfo(dt).eps * ref.abs() + 1e-5 * g.double().abs()
+    assert dh.stride() == h.stride() and ((dh.double() - ref).abs() <= tol).all()
+    assert torch.equal(bits(packed), bits(cslt_pack_mvue_t(dh, seed.fill_(5))))
+    b = torch.randn(1024, 256, generator=gen).to(dt).cuda()
+    dense = cslt_unpack_reference(packed.cpu(), 768, 1024).double()
+    assert rel_err(torch._cslt_sparse_mm(packed, b), dense @ b.double().cpu()) < 1e-2

@@ -666,24 +666,6 @@ def test_masked_decay_nocheck_equals_checked(plain, monkeypatch):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def emulated_cusparselt(monkeypatch):
-    import kernels.sparse_gemm as sg_mod
-    from kernels.cslt_pack import cslt_unpack_reference
-
-    def mm_packed(packed, a_shape, b, *, transpose_result=False, bias=None):
-        y = cslt_unpack_reference(packed, *a_shape).float() @ b.float()
-        if bias is not None:
-            y = y + bias.float()[:, None]
-        y = y.to(b.dtype)
-        return y.t().contiguous() if transpose_result else y
-
-    monkeypatch.setattr(sl_mod, "cslt_refusal", lambda *a, **k: None)
-    monkeypatch.setattr(sl_mod, "cslt_mm_packed", mm_packed)
-    monkeypatch.setattr(sg_mod, "layout_matches", lambda device, dtype: True)
-    return True
-
-
 @pytest.mark.parametrize("mode", ["fst", "weight24"])
 def test_packed_pair_follows_weights_and_masks_in_place(mode, emulated_cusparselt):
     """The pair packed on first use is rewritten in place: values from the new weights every

@@ -50,6 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernels.sparse_activation import fst_gelu
 from repro.models._layout import prefer_col_major_output
 
 __all__ = [
@@ -284,7 +285,8 @@ class GPT2MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self.fc(x)
-        a = F.gelu(z, approximate=self.approximate) if self._gated is None else self._gated(z)
+        # fst_gelu: F.gelu, whose backward also packs fc's weight-gradient operand when fc is fst
+        a = fst_gelu(z, self.fc, self.approximate) if self._gated is None else self._gated(z)
         return self.drop(self.proj(a))
 
 
