@@ -94,9 +94,10 @@ def fst_min_extra_bytes(d: int, f: int, tokens: int) -> int:
     """Bytes that any fst FFN step must move beyond what its GEMMs (the ``Gemm24Only`` ceiling) do:
     this step's packed weights from the fp32 master (read 4 B, write the kept 2 B of W*M and the
     2 B of (W*M)^T at half density: 6 B per weight element, the bytes dense spends on its weight
-    cast), and MVUE + pack of dY [T, d] and dH [T, f] (read 2 B, write 1 B per element).
+    cast), MVUE + pack of dY [T, d] (read 2 B, write 1 B per element) and of dH [T, f] (write
+    1 B per element: its read is fused into the GELU backward, which the ceiling runs anyway).
     Metadata, masked decay (foldable into the optimizer) and launches are left out: a lower bound."""
-    return 6 * 2 * d * f + 3 * tokens * (d + f)
+    return 6 * 2 * d * f + 3 * tokens * d + tokens * f
 
 
 @torch.no_grad()

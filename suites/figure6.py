@@ -140,7 +140,7 @@ def _measure(ctx: RunContext, kind: str, cfg: GPT2Config, batch: int, n: int, mo
 def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
     """Device time of each part of the fst FFN's fwd+bwd, timed on its own (graph replays), beside
     what the dense FFN pays in their place under mixed precision (weight casts)."""
-    from kernels.cslt_pack import cslt_pack_mvue_t
+    from kernels.cslt_pack import cslt_gelu_backward_mvue_pack_t, cslt_pack_mvue_t
     from kernels.masked_decay import masked_decay_cast_nocheck
     from kernels.mvue import mvue24_seed_tensor
     from kernels.sparse_gemm import pack_pair_operands, refresh_pair_operands
@@ -183,6 +183,8 @@ def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
         ("fst", "torch_cslt_compress_of_weights"): lambda: [
             torch._cslt_compress(a) for a in ((w1 * m1).to(bf), (w2 * m2).to(bf))
         ],
+        # what the fst FFN runs in their place: GELU backward and MVUE + pack of dH in one pass
+        ("fst", "gelu_bwd_fused_with_mvue_pack_dH"): lambda: cslt_gelu_backward_mvue_pack_t(h_col, dh_col, seed),
         ("fst", "activation_fwd_bwd_col_major"): lambda: (
             torch.nn.functional.gelu(h_col, approximate="tanh"),
             torch.ops.aten.gelu_backward(dh_col, h_col, approximate="tanh"),

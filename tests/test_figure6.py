@@ -10,8 +10,8 @@ from suites._training_bench import fst_min_extra_bytes
 
 
 def test_min_extra_bytes_counts_weights_and_gradients():
-    # d=2048, f=8192, T=2048: 6 B x 2 weights of d*f, plus 3 B x T*(d+f)
-    assert fst_min_extra_bytes(2048, 8192, 2048) == 6 * 2 * 2048 * 8192 + 3 * 2048 * (2048 + 8192)
+    # d=2048, f=8192, T=2048: 6 B x 2 weights of d*f, 3 B x T*d (dY), 1 B x T*f (dH: read fused away)
+    assert fst_min_extra_bytes(2048, 8192, 2048) == 6 * 2 * 2048 * 8192 + 3 * 2048 * 2048 + 2048 * 8192
     assert fst_min_extra_bytes(64, 256, 128) < fst_min_extra_bytes(64, 256, 256)
 
 
