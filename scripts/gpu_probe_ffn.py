@@ -25,6 +25,9 @@ class _Ctx:
     def __init__(self) -> None:
         self.device = torch.device("cuda")
         self.results = _Results()
+        from repro.roofline import measure_ceilings
+
+        self.ceilings = measure_ceilings(self.device)
         self.t0 = time.perf_counter()
 
     def log(self, msg: str) -> None:

@@ -49,10 +49,12 @@ def _launch(h, g, dh, seed, out, bk, warps):
 
 
 def kernel_sweep() -> None:
-    for t, f in ((8192, 8192), (4096, 16384), (16384, 8192), (8192, 16384)):
+    for t, f, layout in ((8192, 8192, "col"), (4096, 16384, "col"), (16384, 8192, "col"), (8192, 8192, "row")):
         gen = torch.Generator(device=DEV).manual_seed(t + f)
         h = torch.randn(f, t, device=DEV, generator=gen).to(BF).t()  # column-major [T, f]
         g = torch.randn(f, t, device=DEV, generator=gen).to(BF).t()
+        if layout == "row":
+            h, g = h.contiguous(), g.contiguous()
         seed = torch.tensor([3], dtype=torch.int64, device=DEV)
         dh, packed = cslt_gelu_backward_mvue_pack_t(h, g, seed.fill_(3), "tanh")
         sep_dh = torch.ops.aten.gelu_backward(g, h, approximate="tanh")
@@ -62,27 +64,26 @@ def kernel_sweep() -> None:
         sep = time_fn(lambda: cslt_pack_mvue_t(torch.ops.aten.gelu_backward(g, h, approximate="tanh"), seed), DEV)
         bwd = time_fn(lambda: torch.ops.aten.gelu_backward(g, h, approximate="tanh"), DEV)
         print(
-            f"T={t} f={f}: pack == cslt_pack_mvue_t(dh): {same_pack}; max|dh - torch| {dh_diff:.3g}; "
+            f"T={t} f={f} {layout}-major: pack == cslt_pack_mvue_t(dh): {same_pack}; max|dh - torch| {dh_diff:.3g}; "
             f"separate {sep.ms:.3f} ms (torch GELU bwd alone {bwd.ms:.3f})",
             flush=True,
         )
         ref = _bits(packed)
-        for bk in (64, 128, 256):
-            for warps in (4, 8):
-                out = _alloc(f, t, BF, DEV)
-                dh2 = torch.empty_like(h)
-                try:
-                    _launch(h, g, dh2, seed.fill_(3), out, bk, warps)
-                except Exception as e:  # noqa: BLE001 (a config that does not compile)
-                    print(f"   BK={bk} warps={warps}: {type(e).__name__}", flush=True)
-                    continue
-                ok = torch.equal(_bits(out)[: ref.numel()], ref) and torch.equal(dh2, dh)
-                tm = time_fn(lambda: _launch(h, g, dh2, seed, out, bk, warps), DEV)  # noqa: B023
-                print(
-                    f"   BK={bk:3d} warps={warps}: {'ok ' if ok else 'BAD'} {tm.ms:.3f} ms "
-                    f"{nbytes / tm.ms / 1e6:6.0f} GB/s  ({sep.ms / tm.ms:.2f}x vs separate)",
-                    flush=True,
-                )
+        for bk, warps in ((32, 2), (32, 4), (32, 8), (64, 4), (64, 8), (128, 4), (128, 8)):
+            out = _alloc(f, t, BF, DEV)
+            dh2 = torch.empty_like(h)
+            try:
+                _launch(h, g, dh2, seed.fill_(3), out, bk, warps)
+            except Exception as e:  # noqa: BLE001 (a config that does not compile)
+                print(f"   BK={bk} warps={warps}: {type(e).__name__}", flush=True)
+                continue
+            ok = torch.equal(_bits(out)[: ref.numel()], ref) and torch.equal(dh2, dh)
+            tm = time_fn(lambda: _launch(h, g, dh2, seed, out, bk, warps), DEV)  # noqa: B023
+            print(
+                f"   BK={bk:3d} warps={warps}: {'ok ' if ok else 'BAD'} {tm.ms:.3f} ms "
+                f"{nbytes / tm.ms / 1e6:6.0f} GB/s  ({sep.ms / tm.ms:.2f}x vs separate)",
+                flush=True,
+            )
 
 
 def ffn(shapes) -> None:

@@ -79,7 +79,7 @@ def probe_mvue(t: int, n: int, layout: str) -> None:
     _row(f"mvue [{t}x{n}] {layout}-major unfused", True, time_fn(unfused, DEV, graph=False).ms, nbytes)
     name = "MVUE_TILE_ROW_MAJOR" if layout == "col" else "MVUE_TILE_COL_MAJOR"  # x col-major: x^T row-major
     default = getattr(kt, name)
-    for bk, nw in ((64, 4), (64, 8), (128, 4), (128, 8), (256, 8)):
+    for bk, nw in ((32, 4), (32, 8), (64, 4), (64, 8), (128, 4), (128, 8)):
         setattr(kt, name, (bk, nw))
         same = _same(_bits(cslt_pack_mvue_t(x, seed())), ref)
         s = seed()
