@@ -269,10 +269,10 @@ def repack_pair_values(w: torch.Tensor, out: torch.Tensor, out_t: torch.Tensor) 
 # --------------------------------------------------------------------------------------------
 
 # (tile columns, warps) by layout of A, the fastest bit-identical variants on the H100
-# (results/tuning/h100_probe_pack_kernels_mvue.txt): A row-major (dH^T of the column-major fst
+# (results/tuning/h100_probe_pack_kernels_mvue_split_meta.txt): A row-major (dH^T of the column-major fst
 # FFN), A column-major (dY^T of a row-major dY: read along dY's rows, transposed in registers)
-MVUE_TILE_ROW_MAJOR = (128, 4)
-MVUE_TILE_COL_MAJOR = (64, 4)
+MVUE_TILE_ROW_MAJOR = (32, 4)
+MVUE_TILE_COL_MAJOR = (32, 4)
 # the same for the GELU backward fused with the pack (results/tuning/h100_probe_fused_gelu.txt)
 ACT_MVUE_TILE_ROW_MAJOR = (32, 4)
 ACT_MVUE_TILE_COL_MAJOR = (64, 4)
