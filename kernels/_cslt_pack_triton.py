@@ -204,21 +204,42 @@ def _kept_pairs(bits, code, BK: tl.constexpr):
 
 
 @triton.jit
+def _pruned_pairs(bits, code, BK: tl.constexpr):
+    """The two pruned (not kept) 16-bit patterns of every group of 4 of ``bits`` [64, BK], in
+    position order, as one int32 each (the complement of :func:`_kept_pairs`)."""
+    b4 = tl.reshape(bits, (64, BK // 4, 2, 2))
+    be, bo = tl.split(b4)
+    b0, b2 = tl.split(be)
+    b1, b3 = tl.split(bo)
+    i0 = code & 3
+    i1 = code >> 2
+    j0 = tl.where(i0 != 0, 0, tl.where(i1 != 1, 1, 2))
+    j1 = tl.where(i1 != 3, 3, tl.where(i0 != 2, 2, 1))
+    lo = tl.where(j0 == 0, b0, tl.where(j0 == 1, b1, b2))
+    hi = tl.where(j1 == 3, b3, tl.where(j1 == 2, b2, b1))
+    return lo | (hi << 16)
+
+
+@triton.jit
 def _repack_pair_values_kernel(
     w_ptr,
     meta_ptr,
     meta_t_ptr,
     out32_ptr,
     out_t32_ptr,
+    pruned32_ptr,
     r,
     c,
     stride_wr,
     SRC_F32: tl.constexpr,
     BF16: tl.constexpr,
+    PRUNED: tl.constexpr,
 ):
     """Values-only refresh of a packed pair from one 64 x 64 tile of W per program: the tile is
     read once (coalesced), packed along its rows for W*M and, transposed in registers, along its
-    columns for (W*M)^T; each operand's kept positions come from its own metadata."""
+    columns for (W*M)^T; each operand's kept positions come from its own metadata. With PRUNED,
+    the pruned values of W (in the 16-bit dtype) go to ``pruned32`` in the layout of W*M's
+    values: what the masked decay of the backward reads instead of the fp32 weight and the mask."""
     r0 = tl.program_id(0) * 64
     c0 = tl.program_id(1) * 64
     rows = r0 + tl.arange(0, 64)
@@ -229,8 +250,12 @@ def _repack_pair_values_kernel(
     else:
         bits = tl.load(w_ptr + offs).to(tl.int32) & 0xFFFF
     g = tl.arange(0, 16)
-    pairs = _kept_pairs(bits, _codes_tile(meta_ptr, r0, c0, c, 64), 64)
-    tl.store(out32_ptr + rows[:, None].to(tl.int64) * (c // 4) + c0 // 4 + g[None, :], pairs)
+    codes = _codes_tile(meta_ptr, r0, c0, c, 64)
+    pairs = _kept_pairs(bits, codes, 64)
+    word_offs = rows[:, None].to(tl.int64) * (c // 4) + c0 // 4 + g[None, :]
+    tl.store(out32_ptr + word_offs, pairs)
+    if PRUNED:
+        tl.store(pruned32_ptr + word_offs, _pruned_pairs(bits, codes, 64))
     pairs_t = _kept_pairs(tl.trans(bits), _codes_tile(meta_t_ptr, c0, r0, r, 64), 64)
     tl.store(out_t32_ptr + cols[:, None].to(tl.int64) * (r // 4) + r0 // 4 + g[None, :], pairs_t)
 
@@ -240,10 +265,13 @@ def _repack_pair_values_kernel(
 PAIR_WARPS = 4
 
 
-def repack_pair_values(w: torch.Tensor, out: torch.Tensor, out_t: torch.Tensor) -> None:
+def repack_pair_values(
+    w: torch.Tensor, out: torch.Tensor, out_t: torch.Tensor, pruned: torch.Tensor | None = None
+) -> None:
     """Overwrite the values of the packed pair ``out`` (pack(W*M), flat) and ``out_t``
     (pack((W*M)^T), flat) with those of ``w`` [r, c] (row-major; fp32 or their 16-bit dtype),
-    keeping their metadata, i.e. their mask."""
+    keeping their metadata, i.e. their mask; ``pruned`` (r * c / 2 of the 16-bit dtype): also
+    the pruned values, two per group in position order."""
     r, c = w.shape
     src_f32 = w.dtype == torch.float32
     src = w if src_f32 else w.view(torch.int16)
@@ -255,13 +283,86 @@ def repack_pair_values(w: torch.Tensor, out: torch.Tensor, out_t: torch.Tensor) 
         flat16_t[vals:],
         flat16[:vals].view(torch.int32),
         flat16_t[:vals].view(torch.int32),
+        flat16[:vals].view(torch.int32) if pruned is None else pruned.view(torch.int32),
         r,
         c,
         src.stride(0),
         SRC_F32=src_f32,
         BF16=out.dtype == torch.bfloat16,
+        PRUNED=pruned is not None,
         num_warps=PAIR_WARPS,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# masked decay from the pruned values (the per-backward grad cast of a transposable 2:4 layer)
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _from_bits16(b, BF16: tl.constexpr):
+    """The 16-bit patterns ``b`` (int32, low half) as fp32 values of bf16 or fp16."""
+    if BF16:
+        return (b << 16).to(tl.float32, bitcast=True)
+    else:
+        return b.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _decay_cast_pruned_kernel(
+    g_ptr,
+    pruned32_ptr,
+    meta_ptr,
+    out_ptr,
+    alpha,
+    r,
+    c,
+    stride_gr,
+    BF16: tl.constexpr,
+):
+    """out = float32(G) + alpha * (pruned values at their positions) for one 64 x 64 tile: reads
+    the 16-bit G, the pruned values (half a weight in the 16-bit dtype) and W*M's metadata,
+    instead of the fp32 weight and the mask."""
+    r0 = tl.program_id(0) * 64
+    c0 = tl.program_id(1) * 64
+    rows = r0 + tl.arange(0, 64)
+    cols = c0 + tl.arange(0, 64)
+    gsum = tl.load(g_ptr + rows[:, None].to(tl.int64) * stride_gr + cols[None, :]).to(tl.float32)
+    code = _codes_tile(meta_ptr, r0, c0, c, 64)
+    i0 = code & 3
+    i1 = code >> 2
+    j0 = tl.where(i0 != 0, 0, tl.where(i1 != 1, 1, 2))
+    j1 = tl.where(i1 != 3, 3, tl.where(i0 != 2, 2, 1))
+    gi = tl.arange(0, 16)
+    words = tl.load(pruned32_ptr + rows[:, None].to(tl.int64) * (c // 4) + c0 // 4 + gi[None, :])
+    lo = _from_bits16(words & 0xFFFF, BF16) * alpha
+    hi = _from_bits16((words >> 16) & 0xFFFF, BF16) * alpha
+    d0 = tl.where(j0 == 0, lo, 0.0)
+    d1 = tl.where(j0 == 1, lo, tl.where(j1 == 1, hi, 0.0))
+    d2 = tl.where(j0 == 2, lo, tl.where(j1 == 2, hi, 0.0))
+    d3 = tl.where(j1 == 3, hi, 0.0)
+    dec = tl.reshape(tl.join(tl.join(d0, d2), tl.join(d1, d3)), (64, 64))  # element e = 2 * i + j
+    tl.store(out_ptr + rows[:, None].to(tl.int64) * c + cols[None, :], gsum + dec)
+
+
+def decay_cast_pruned(g: torch.Tensor, pruned: torch.Tensor, packed: torch.Tensor, alpha: float) -> torch.Tensor:
+    """float32(g) + alpha * W*(~M) for g [r, c] (row-major, 16-bit), with W*(~M) given by the
+    pruned values that :func:`repack_pair_values` wrote and the mask by ``packed``'s metadata."""
+    r, c = g.shape
+    out = torch.empty(r, c, dtype=torch.float32, device=g.device)
+    _decay_cast_pruned_kernel[(r // 64, c // 64)](
+        g,
+        pruned.view(torch.int32),
+        packed.view(-1).view(torch.int16)[r * c // 2 :],
+        out,
+        alpha,
+        r,
+        c,
+        g.stride(0),
+        BF16=g.dtype == torch.bfloat16,
+        num_warps=PAIR_WARPS,
+    )
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ layout in plain PyTorch; :func:`cslt_unpack_reference` inverts it (tests; docume
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -274,27 +275,74 @@ def cslt_pack_pair_into(
     _raise_if_bad(err)
 
 
-def cslt_repack_pair_values(w: torch.Tensor, packed: torch.Tensor, packed_t: torch.Tensor) -> None:
+def cslt_repack_pair_values(
+    w: torch.Tensor, packed: torch.Tensor, packed_t: torch.Tensor, pruned: torch.Tensor | None = None
+) -> None:
     """Per-step refresh of a transposable layer's packed pair: overwrite the kept values of
     ``packed`` (pack(W*M), from :func:`cslt_pack_pair`) and ``packed_t`` (pack((W*M)^T)) with
     those of the updated ``w`` [r, c] (fp32 or the pair's dtype), keeping the metadata, i.e. the
     mask M. One coalesced read of ``w`` and no mask read (the kept positions come from
     ``packed``'s metadata): about half the memory traffic of packing afresh, which the weight
     needs only when its mask changes. Bit-identical to ``cslt_pack_pair(w, M)``. No checks of
-    values (graph-safe); the pair must hold a transposable mask (as ``cslt_pack_pair`` writes)."""
+    values (graph-safe); the pair must hold a transposable mask (as ``cslt_pack_pair`` writes).
+
+    ``pruned`` (optional, [r, c / 2] of the pair's dtype): also receives the pruned entries of
+    ``w`` (rounded to that dtype), two per group of 4 in position order, in the same pass; what
+    :func:`cslt_decay_cast_pruned` reads."""
     w = check_tensor("w", w, ndim=2, finite=False)
     dt, r, c = _check_pair_buffers(w, packed, packed_t)
     if w.dtype not in (torch.float32, dt):
         raise TypeError(f"w must be float32 or the pair's dtype {dt}, got {w.dtype}")
+    if pruned is not None:
+        check_tensor("pruned", pruned, dtypes=(dt,), finite=False)
+        if pruned.shape != (r, c // 2) or not pruned.is_contiguous() or pruned.device != w.device:
+            raise ValueError(f"pruned must be a contiguous [{r}, {c // 2}] tensor on {w.device}")
     if not use_triton(w):
         keep = cslt_keep_mask_reference(packed, r, c)
         p, pt = cslt_pack_pair(w, keep, dtype=dt, check=False)
         packed.copy_(p.view(packed.shape))
         packed_t.copy_(pt.view(packed_t.shape))
+        if pruned is not None:
+            pruned.copy_(pruned_values_reference(w, keep, dt))
         return
     from kernels._cslt_pack_triton import repack_pair_values
 
-    repack_pair_values(w.contiguous(), packed.view(-1), packed_t.view(-1))
+    repack_pair_values(w.contiguous(), packed.view(-1), packed_t.view(-1), pruned)
+
+
+def pruned_values_reference(w: torch.Tensor, keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The entries of ``w`` [r, c] that the 2:4 mask ``keep`` prunes, rounded to ``dtype``: [r, c / 2],
+    two per group in position order."""
+    r, c = w.shape
+    return w.to(dtype)[~keep].view(r, c // 2)
+
+
+def cslt_decay_cast_pruned(g: torch.Tensor, pruned: torch.Tensor, packed: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Masked decay and cast of a weight gradient in one pass: ``float32(g) + alpha * W*(~M)``
+    for the 16-bit gradient ``g`` [r, c] of a transposable 2:4 layer, where W*(~M) comes from
+    ``pruned`` (:func:`cslt_repack_pair_values` of this step's weight) and M from the metadata
+    of ``packed`` (pack(W*M) of the same pair). Reads 2 + 1 + 1/8 bytes per weight entry instead
+    of 2 + 4 + 1 for ``grad + alpha * W*(~M)`` from the fp32 weight and a bool mask; the decay
+    uses W rounded to the 16-bit dtype (relative error <= 2^-9 of a term that is alpha times
+    the weight). No value checks (graph-safe)."""
+    g = check_tensor("g", g, dtypes=PACK_DTYPES, ndim=2, finite=False)
+    r, c = g.shape
+    if r % 64 or c % 64 or not g.is_contiguous():
+        raise ValueError(f"g must be a contiguous [r, c] tensor with r % 64 == c % 64 == 0, got {tuple(g.shape)}")
+    if pruned.dtype != g.dtype or pruned.shape != (r, c // 2) or not pruned.is_contiguous():
+        raise ValueError(f"pruned must be a contiguous [{r}, {c // 2}] {g.dtype} tensor")
+    if packed.dtype != g.dtype or packed.numel() < packed_numel(r, c):
+        raise ValueError(f"packed must be pack(W*M) of a [{r}, {c}] {g.dtype} weight")
+    if not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha < 0:
+        raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
+    if not use_triton(g):
+        keep = cslt_keep_mask_reference(packed, r, c)
+        dec = torch.zeros(r, c, dtype=torch.float32, device=g.device)
+        dec[~keep] = pruned.float().reshape(-1)
+        return g.float() + float(alpha) * dec
+    from kernels._cslt_pack_triton import decay_cast_pruned
+
+    return decay_cast_pruned(g, pruned, packed, float(alpha))
 
 
 def cslt_pack_mvue_t(x: torch.Tensor, seed_tensor: torch.Tensor) -> torch.Tensor:
@@ -452,6 +500,8 @@ def layout_matches(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 __all__ = [
+    "cslt_decay_cast_pruned",
+    "pruned_values_reference",
     "GELU_APPROXIMATIONS",
     "cslt_gelu_backward_mvue_pack_t",
     "gelu_backward_reference",

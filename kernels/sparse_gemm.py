@@ -201,19 +201,23 @@ def refresh_pair_operands(
     pair: tuple[torch.Tensor, torch.Tensor],
     *,
     values_only: bool,
+    pruned: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Bring a pair from :func:`pack_pair_operands` up to date with ``w`` (and ``mask``), in
     place where possible, so CUDA graphs that hold the buffers see it. ``values_only=True`` (the
     mask is the one the pair was packed with; the per-step path) rewrites only the kept values
     from one read of ``w``; ``False`` repacks values and metadata (after a mask change). Returns
     the pair (new tensors only where our packer is not verified here and torch's layout changed
-    size)."""
+    size). ``pruned`` (values-only refresh with our packer only): also receives the pruned
+    entries (:func:`kernels.cslt_pack.cslt_repack_pair_values`)."""
     dt = pair[0].dtype
+    if pruned is not None and not (values_only and layout_matches(w.device, dt)):
+        raise ValueError("pruned entries are written only by a values-only refresh with our packer")
     if layout_matches(w.device, dt):
         if values_only:
             if w.dtype not in (torch.float32, dt):  # e.g. an fp16 weight under bf16 autocast
                 w = w.to(dt)
-            cslt_repack_pair_values(w, *pair)
+            cslt_repack_pair_values(w, *pair, pruned)
         else:
             cslt_pack_pair_into(w, mask, *pair, check=False)
         return pair

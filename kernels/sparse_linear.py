@@ -53,7 +53,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+import kernels.sparse_gemm as _sparse_gemm
 from kernels._common import FLOAT_DTYPES, check_tensor, use_triton
+from kernels.cslt_pack import cslt_decay_cast_pruned
 from kernels.masked_decay import masked_decay_, masked_decay_cast_nocheck
 from kernels.mvue import _check_output_range, mvue24_nocheck, mvue24_seed_tensor
 from kernels.mvue import _validate as _mvue_validate
@@ -216,7 +218,9 @@ class _SparseLinearFn(torch.autograd.Function):
         if plan.cslt:  # pack W*M (and (W*M)^T for dX) in one pass over the master weight
             w = weight.detach()
             if pair is not None:  # the layer's persistent pair, already refreshed for this step
-                packed, packed_t = pair
+                packed, packed_t, pruned = pair
+                if pruned is not None:  # this step's pruned entries: the backward decays from them
+                    ctx.decay_from = (pruned, packed)
             elif plan.mode in _TRANSPOSABLE_MODES:
                 packed, packed_t = pack_pair_operands(w, mask, dt)
             else:
@@ -236,6 +240,8 @@ class _SparseLinearFn(torch.autograd.Function):
         ctx.seed = seed  # not saved: it is advanced in place on the device (by us, or a handoff)
         ctx.plan = plan
         ctx.handoff = handoff
+        if not hasattr(ctx, "decay_from"):
+            ctx.decay_from = None
         ctx.dt = dt
         ctx.x_col = not x2d.is_contiguous()
         ctx.x_shape = x.shape
@@ -265,7 +271,10 @@ class _SparseLinearFn(torch.autograd.Function):
                 dx = dx.reshape(ctx.x_shape)
             if ctx.needs_input_grad[1]:
                 dw = _fst_weight_grad(dy2d, x2d, seed, plan, ctx.handoff) if plan.mode == "fst" else dy2d.t() @ x2d
-                if plan.decay and not plan.checks:  # cast to the master dtype and decay in one pass
+                if plan.decay and not plan.checks and ctx.decay_from is not None and dw.is_contiguous():
+                    # cast and decay in one pass, from the pruned entries the forward wrote
+                    dw = cslt_decay_cast_pruned(dw, *ctx.decay_from, plan.decay)
+                elif plan.decay and not plan.checks:  # cast to the master dtype and decay in one pass
                     dw = masked_decay_cast_nocheck(dw, weight.detach(), mask, plan.decay)
                 else:
                     dw = dw.to(weight.dtype).contiguous()
@@ -357,6 +366,9 @@ class SparseLinear(nn.Linear):
         # (device, compute dtype) -> packed (W*M, (W*M)^T) of fst/weight24 on cuSPARSELt: kept
         # across steps, values rewritten each forward, metadata only when the mask changes
         self._pairs: dict[tuple[str, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+        # same keys -> the pruned entries of W in that dtype, rewritten with the values each
+        # forward where the backward decays (masked decay and grad cast read them, not W and M)
+        self._pruned: dict[tuple[str, torch.dtype], torch.Tensor] = {}
         # the last sparse forward's slot for a packed weight-gradient operand (GradHandoff)
         self.grad_handoff: GradHandoff | None = None
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
@@ -542,6 +554,8 @@ class SparseLinear(nn.Linear):
             for key, pair in self._pairs.items()
             if key[0] == str(w.device)
         }
+        # pruned entries: rewritten by the next forward's values refresh, before any backward
+        self._pruned = {key: t for key, t in self._pruned.items() if key in self._pairs}
 
     @torch.no_grad()
     def _packed_pair(self, dt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -551,12 +565,28 @@ class SparseLinear(nn.Linear):
         w = self.weight.detach()
         key = (str(w.device), dt)
         pair = self._pairs.get(key)
+        pruned = self._pruned.get(key)
+        if (
+            pruned is None
+            and self.decay
+            and w.dtype == torch.float32
+            and w.shape[0] % 64 == 0
+            and w.shape[1] % 64 == 0
+            and _sparse_gemm.layout_matches(w.device, dt)
+        ):
+            pruned = self._pruned[key] = torch.empty(w.shape[0], w.shape[1] // 2, dtype=dt, device=w.device)
         if pair is None:
             pair = pack_pair_operands(w, self._mask, dt)
+            if pruned is not None:  # the pruned entries come with a values refresh
+                pair = refresh_pair_operands(w, self._mask, pair, values_only=True, pruned=pruned)
         else:
-            pair = refresh_pair_operands(w, self._mask, pair, values_only=True)
+            pair = refresh_pair_operands(w, self._mask, pair, values_only=True, pruned=pruned)
         self._pairs[key] = pair
         return pair
+
+    def _pruned_entries(self, dt: torch.dtype, device: torch.device) -> torch.Tensor | None:
+        """The pruned entries that this step's values refresh wrote (None: the decay reads W)."""
+        return self._pruned.get((str(device), dt))
 
     def _ensure_mask(self) -> None:
         if self._mask_stale:
@@ -576,7 +606,7 @@ class SparseLinear(nn.Linear):
             return
         self._dense = dense
         self._flip_count, self._flip_value = None, None
-        self._pairs = {}  # memory back; a sparse phase packs afresh
+        self._pairs, self._pruned = {}, {}  # memory back; a sparse phase packs afresh
         if not dense:
             self.refresh_mask()
 
@@ -685,7 +715,9 @@ class SparseLinear(nn.Linear):
             else:
                 self._ensure_mask()
                 mask = self._mask
-            pair = self._packed_pair(dt) if reason is None and self.mode in _TRANSPOSABLE_MODES else None
+            pair = None
+            if reason is None and self.mode in _TRANSPOSABLE_MODES:
+                pair = (*self._packed_pair(dt), self._pruned_entries(dt, x.device))
         plan = _Plan(self.mode, self.decay, reason is None, checks, dev, self._output_layout == "col")
         self.grad_handoff = handoff = GradHandoff(plan, self.mvue_seed)
         with _no_autocast(dev):

@@ -140,7 +140,7 @@ def _measure(ctx: RunContext, kind: str, cfg: GPT2Config, batch: int, n: int, mo
 def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
     """Device time of each part of the fst FFN's fwd+bwd, timed on its own (graph replays), beside
     what the dense FFN pays in their place under mixed precision (weight casts)."""
-    from kernels.cslt_pack import cslt_gelu_backward_mvue_pack_t, cslt_pack_mvue_t
+    from kernels.cslt_pack import cslt_decay_cast_pruned, cslt_gelu_backward_mvue_pack_t, cslt_pack_mvue_t
     from kernels.masked_decay import masked_decay_cast_nocheck
     from kernels.mvue import mvue24_seed_tensor
     from kernels.sparse_gemm import pack_pair_operands, refresh_pair_operands
@@ -163,10 +163,13 @@ def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
     gw1 = torch.randn(f, d, device=dev, dtype=bf, generator=g)  # dW from the GEMMs, bf16
     gw2 = torch.randn(d, f, device=dev, dtype=bf, generator=g)
     pairs = [pack_pair_operands(w, m, bf) for w, m in ((w1, m1), (w2, m2))]
+    pruned = [torch.empty(w.shape[0], w.shape[1] // 2, device=dev, dtype=bf) for w in (w1, w2)]
+    ws = ((w1, m1, pairs[0], pruned[0]), (w2, m2, pairs[1], pruned[1]))
     parts = {  # (method, part): fn
-        # every step: the kept values of W*M and (W*M)^T rewritten from the fp32 master weight
+        # every step: the kept values of W*M and (W*M)^T rewritten from the fp32 master weight,
+        # and the pruned entries for the backward's masked decay
         ("fst", "repack_weight_values_from_fp32"): lambda: [
-            refresh_pair_operands(w, m, p, values_only=True) for w, m, p in ((w1, m1, pairs[0]), (w2, m2, pairs[1]))
+            refresh_pair_operands(w, m, p, values_only=True, pruned=q) for w, m, p, q in ws
         ],
         # once per mask change (every mask_interval steps): values and metadata packed afresh
         ("fst", "pack_weights_at_mask_change"): lambda: (
@@ -176,7 +179,13 @@ def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
         ("fst", "mvue_pack_dY_row_major"): lambda: cslt_pack_mvue_t(dy, seed),
         ("fst", "mvue_pack_dH_col_major"): lambda: cslt_pack_mvue_t(dh_col, seed),
         ("fst", "mvue_pack_dH_if_row_major"): lambda: cslt_pack_mvue_t(dh, seed),
+        # what fst runs: cast + decay from the pruned entries (reads 3.1 B per weight entry)
         ("fst", "masked_decay_and_grad_cast"): lambda: (
+            cslt_decay_cast_pruned(gw1, pruned[0], pairs[0][0], 6e-5),
+            cslt_decay_cast_pruned(gw2, pruned[1], pairs[1][0], 6e-5),
+        ),
+        # the same from the fp32 weight and the bool mask (7 B per entry; the checked path)
+        ("fst", "masked_decay_and_grad_cast_from_fp32_weight"): lambda: (
             masked_decay_cast_nocheck(gw1, w1, m1, 6e-5),
             masked_decay_cast_nocheck(gw2, w2, m2, 6e-5),
         ),

@@ -414,3 +414,54 @@ def test_gpu_gelu_backward_mvue_pack(dname, layout):
     b = torch.randn(1024, 256, generator=gen).to(dt).cuda()
     dense = cslt_unpack_reference(packed.cpu(), 768, 1024).double()
     assert rel_err(torch._cslt_sparse_mm(packed, b), dense @ b.double().cpu()) < 1e-2
+
+
+@pytest.mark.parametrize("dname", ["bf16", "fp16"])
+def test_pruned_entries_and_decay_cast_from_them(dname):
+    """The values refresh also writes the pruned entries (bit for bit the reference, into a
+    poisoned buffer); the decay + cast from them equals fp32(g) + alpha * W16*(~M) exactly, and
+    fp32(g) + alpha * W*(~M) of the fp32 weight within the 16-bit rounding of W."""
+    from kernels.cslt_pack import cslt_decay_cast_pruned, cslt_repack_pair_values, pruned_values_reference
+
+    dt = DTYPES[dname]
+    gen = torch.Generator().manual_seed(41)
+    w = torch.randn(128, 192, generator=gen)
+    mask = transposable_mask(w)
+    p, pt = cslt_pack_pair(w, mask, dtype=dt, check=False)
+    w2 = torch.randn(128, 192, generator=gen)
+    pruned = torch.full((128, 96), float("nan"), dtype=dt)
+    cslt_repack_pair_values(w2, p, pt, pruned)
+    assert torch.equal(bits(pruned), bits(pruned_values_reference(w2, mask, dt)))
+    g = torch.randn(128, 192, generator=gen).to(dt)
+    out = cslt_decay_cast_pruned(g, pruned, p, 0.05)
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    assert torch.equal(out, g.float() + 0.05 * torch.where(mask, 0.0, w2.to(dt).float()))
+    exact = g.float() + 0.05 * torch.where(mask, 0.0, w2)
+    assert rel_err(out - g.float(), exact - g.float()) < 2 * torch.finfo(dt).eps
+    with pytest.raises(ValueError, match="alpha"):
+        cslt_decay_cast_pruned(g, pruned, p, float("nan"))
+    with pytest.raises(ValueError, match="pruned"):
+        cslt_decay_cast_pruned(g, pruned[:, :64].contiguous(), p, 0.1)
+    with pytest.raises(ValueError, match="r % 64"):
+        cslt_decay_cast_pruned(g[:, :96].contiguous(), pruned, p, 0.1)
+    with pytest.raises(ValueError, match="pruned must"):
+        cslt_repack_pair_values(w2, p, pt, pruned.t().contiguous())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dname", ["bf16", "fp16"])
+def test_gpu_pruned_entries_and_decay_cast(dname):
+    from kernels.cslt_pack import cslt_decay_cast_pruned, cslt_repack_pair_values, pruned_values_reference
+
+    dt = DTYPES[dname]
+    gen = torch.Generator().manual_seed(43)
+    w = torch.randn(512, 768, generator=gen).cuda()
+    mask = transposable_mask(w)
+    p, pt = cslt_pack_pair(w, mask, dtype=dt, check=False)
+    pruned = torch.full((512, 384), float("nan"), dtype=dt, device="cuda")
+    cslt_repack_pair_values(w, p, pt, pruned)
+    assert torch.equal(bits(pruned), bits(pruned_values_reference(w, mask, dt)))
+    g = torch.randn(512, 768, generator=gen).to(dt).cuda()
+    out = cslt_decay_cast_pruned(g, pruned, p, 0.05)
+    assert torch.equal(out, g.float() + 0.05 * torch.where(mask, 0.0, w.to(dt).float()))

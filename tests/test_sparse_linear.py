@@ -966,3 +966,40 @@ def test_gemm24_only_ceiling_layer_forward_and_dx_exact():
     assert_close_rel(y, x.double() @ w.T + layer.bias.double(), 1e-2)
     assert_close_rel(x.grad, dy.double() @ w, 1e-2)
     assert layer.weight.grad.dtype == torch.float32 and torch.isfinite(layer.weight.grad).all()
+
+
+@pytest.mark.parametrize("mode", ["fst", "weight24"])
+def test_decay_from_pruned_entries_follows_the_mask(mode, emulated_cusparselt, monkeypatch):
+    """On the graph-safe cuSPARSELt path the backward decays from the pruned entries that the
+    forward's values refresh wrote: the gradient's decay term is alpha * W*(~M) (W rounded to
+    bf16) with this step's W and M, also in the step right after a mask change."""
+    g = torch.Generator().manual_seed(52)
+    x = torch.randn(64, 128, generator=g).bfloat16()
+    dy = torch.randn(64, 64, generator=g).bfloat16()
+
+    def unused(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("decayed from the fp32 weight and the mask, not the pruned entries")
+
+    monkeypatch.setattr(sl_mod, "masked_decay_cast_nocheck", unused)
+
+    def run(decay: float) -> tuple[list, SparseLinear]:
+        torch.manual_seed(53)
+        layer = SparseLinear(128, 64, mode=mode, mask_interval=2, decay=decay, checks=False, seed=5)
+        steps, gw = [], torch.Generator().manual_seed(54)
+        for step in (1, 2, 3):
+            w, m = layer.weight.detach().clone(), layer.mask.clone()
+            with torch.autocast("cpu", torch.bfloat16):
+                layer(x).backward(dy)
+            steps.append((layer.weight.grad.clone(), w, m))
+            layer.weight.grad = None
+            with torch.no_grad():
+                layer.weight.mul_(torch.rand(layer.weight.shape, generator=gw) + 0.5)  # new mask at step 2's refresh
+            layer.after_optimizer_step(step, 10**6)
+        return steps, layer
+
+    with_decay, layer = run(0.25)
+    without, _ = run(0.0)
+    assert set(layer._pruned) == set(layer._pairs) and len(layer._pruned) == 1
+    assert not torch.equal(with_decay[1][2], with_decay[2][2])  # the mask changed before step 3
+    for (ga, w, m), (gb, _, _) in zip(with_decay, without, strict=True):
+        assert_close_rel(ga - gb, 0.25 * torch.where(m, 0.0, w), 2e-3)
