@@ -82,3 +82,39 @@ def test_cslt_pack_pair(benchmark, shape, copy_gbps):
     assert _same(pt, cslt_pack_reference(wm.t().contiguous(), mask.t().contiguous()), c, r)
     nbytes = w.numel() * (4 + 1) + 2 * packed_numel(r, c) * 2
     run_benchmark(benchmark, lambda: cslt_pack_pair(w, mask, dtype=BF, check=False), nbytes=nbytes, copy_gbps=copy_gbps)
+
+
+@pytest.mark.parametrize("shape", paper_params(GRAD))
+def test_cslt_gelu_backward_mvue_pack_t(benchmark, shape, copy_gbps):
+    """The fst FFN's dH: GELU backward and MVUE + pack of dH^T in one pass, from column-major H
+    and dA (the layout the fst FFN keeps)."""
+    from kernels.cslt_pack import cslt_gelu_backward_mvue_pack_t
+
+    n, t = shape
+    gen = torch.Generator(device=DEVICE).manual_seed(3)
+    h = torch.randn(n, t, device=DEVICE, generator=gen).to(BF).t()
+    g = torch.randn(n, t, device=DEVICE, generator=gen).to(BF).t()
+    seed = torch.tensor([5], dtype=torch.int64, device=DEVICE)
+    dh, out = cslt_gelu_backward_mvue_pack_t(h, g, seed.fill_(5))
+    assert _same(out, cslt_pack_mvue_t(dh, seed.fill_(5)), n, t)
+    nbytes = 3 * h.numel() * 2 + packed_numel(n, t) * 2  # read H, dA; write dH and the operand
+    run_benchmark(benchmark, lambda: cslt_gelu_backward_mvue_pack_t(h, g, seed), nbytes=nbytes, copy_gbps=copy_gbps)
+
+
+@pytest.mark.parametrize("shape", paper_params(WEIGHT))
+def test_cslt_decay_cast_pruned(benchmark, shape, copy_gbps):
+    """Masked decay + fp32 cast of a weight gradient from the pruned entries of the refresh."""
+    from kernels.cslt_pack import cslt_decay_cast_pruned, cslt_repack_pair_values
+
+    r, c = shape
+    gen = torch.Generator(device=DEVICE).manual_seed(4)
+    w = torch.randn(r, c, device=DEVICE, generator=gen)
+    mask = transposable_mask(w)
+    p, pt = cslt_pack_pair(w, mask, dtype=BF, check=False)
+    pruned = torch.empty(r, c // 2, device=DEVICE, dtype=BF)
+    cslt_repack_pair_values(w, p, pt, pruned)
+    g = torch.randn(r, c, device=DEVICE, generator=gen).to(BF)
+    out = cslt_decay_cast_pruned(g, pruned, p, 1e-2)
+    assert torch.equal(out, g.float() + 1e-2 * torch.where(mask, 0.0, w.to(BF).float()))
+    nbytes = r * c * (2 + 1 + 4) + r * c // 8  # read g, pruned, metadata; write fp32
+    run_benchmark(benchmark, lambda: cslt_decay_cast_pruned(g, pruned, p, 1e-2), nbytes=nbytes, copy_gbps=copy_gbps)
