@@ -204,6 +204,16 @@ def _kept_pairs(bits, code, BK: tl.constexpr):
 
 
 @triton.jit
+def _pruned_positions(code):
+    """Positions j0 < j1 of the two entries of a group that its code (i0 | i1 << 2) prunes."""
+    i0 = code & 3
+    i1 = code >> 2
+    j0 = tl.where(i0 != 0, 0, tl.where(i1 != 1, 1, 2))
+    j1 = tl.where(i1 != 3, 3, tl.where(i0 != 2, 2, 1))
+    return j0, j1
+
+
+@triton.jit
 def _pruned_pairs(bits, code, BK: tl.constexpr):
     """The two pruned (not kept) 16-bit patterns of every group of 4 of ``bits`` [64, BK], in
     position order, as one int32 each (the complement of :func:`_kept_pairs`)."""
@@ -211,10 +221,7 @@ def _pruned_pairs(bits, code, BK: tl.constexpr):
     be, bo = tl.split(b4)
     b0, b2 = tl.split(be)
     b1, b3 = tl.split(bo)
-    i0 = code & 3
-    i1 = code >> 2
-    j0 = tl.where(i0 != 0, 0, tl.where(i1 != 1, 1, 2))
-    j1 = tl.where(i1 != 3, 3, tl.where(i0 != 2, 2, 1))
+    j0, j1 = _pruned_positions(code)
     lo = tl.where(j0 == 0, b0, tl.where(j0 == 1, b1, b2))
     hi = tl.where(j1 == 3, b3, tl.where(j1 == 2, b2, b1))
     return lo | (hi << 16)
@@ -328,11 +335,7 @@ def _decay_cast_pruned_kernel(
     rows = r0 + tl.arange(0, 64)
     cols = c0 + tl.arange(0, 64)
     gsum = tl.load(g_ptr + rows[:, None].to(tl.int64) * stride_gr + cols[None, :]).to(tl.float32)
-    code = _codes_tile(meta_ptr, r0, c0, c, 64)
-    i0 = code & 3
-    i1 = code >> 2
-    j0 = tl.where(i0 != 0, 0, tl.where(i1 != 1, 1, 2))
-    j1 = tl.where(i1 != 3, 3, tl.where(i0 != 2, 2, 1))
+    j0, j1 = _pruned_positions(_codes_tile(meta_ptr, r0, c0, c, 64))
     gi = tl.arange(0, 16)
     words = tl.load(pruned32_ptr + rows[:, None].to(tl.int64) * (c // 4) + c0 // 4 + gi[None, :])
     lo = _from_bits16(words & 0xFFFF, BF16) * alpha
@@ -449,28 +452,24 @@ def _mvue_pack_kernel(
     _mvue_pack_tile(x, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, BF16)
 
 
-def mvue_pack_into(a: torch.Tensor, seed: torch.Tensor, out: torch.Tensor) -> None:
-    """Pack MVUE(a) along its rows (a [m, k], any strides, out's 16-bit dtype) into flat ``out``."""
+def _mvue_launch(a: torch.Tensor, out: torch.Tensor, tiles_row_major: tuple, tiles_col_major: tuple) -> tuple:
+    """Launch geometry shared by the MVUE pack kernels for the operand A = ``a`` [m, k] (any
+    strides) packed into flat ``out``: grid, the values (as int32 pairs), the metadata, and the
+    constexprs (tile columns and warps by A's layout; 32 columns where k is no multiple)."""
     m, k = a.shape
     flat16 = out.view(torch.int16)
     vals = m * k // 2
     row_major = a.stride(1) == 1
-    bk, warps = MVUE_TILE_ROW_MAJOR if row_major else MVUE_TILE_COL_MAJOR
-    bk = bk if k % bk == 0 else 64
-    _mvue_pack_kernel[(triton.cdiv(m, 64), k // bk)](
-        a,
-        flat16[:vals].view(torch.int32),
-        flat16[vals:],
-        seed,
-        m,
-        k,
-        a.stride(0),
-        a.stride(1),
-        BK=bk,
-        ROW_MAJOR=row_major,
-        BF16=out.dtype == torch.bfloat16,
-        num_warps=warps,
-    )
+    bk, warps = tiles_row_major if row_major else tiles_col_major
+    bk = bk if k % bk == 0 else 32
+    kw = {"BK": bk, "ROW_MAJOR": row_major, "BF16": out.dtype == torch.bfloat16, "num_warps": warps}
+    return (triton.cdiv(m, 64), k // bk), flat16[:vals].view(torch.int32), flat16[vals:], kw
+
+
+def mvue_pack_into(a: torch.Tensor, seed: torch.Tensor, out: torch.Tensor) -> None:
+    """Pack MVUE(a) along its rows (a [m, k], any strides, out's 16-bit dtype) into flat ``out``."""
+    grid, vals32, meta, kw = _mvue_launch(a, out, MVUE_TILE_ROW_MAJOR, MVUE_TILE_COL_MAJOR)
+    _mvue_pack_kernel[grid](a, vals32, meta, seed, *a.shape, a.stride(0), a.stride(1), **kw)
 
 
 # --------------------------------------------------------------------------------------------
@@ -527,26 +526,5 @@ def act_bwd_mvue_pack_t_into(
     MVUE(dh^T) along dh's rows (operand [n, T]) into flat ``out``: the fused form of the
     activation backward followed by :func:`pack_mvue_t_into`."""
     a = dh.t()
-    m, k = a.shape
-    flat16 = out.view(torch.int16)
-    vals = m * k // 2
-    row_major = a.stride(1) == 1
-    bk, warps = ACT_MVUE_TILE_ROW_MAJOR if row_major else ACT_MVUE_TILE_COL_MAJOR
-    bk = bk if k % bk == 0 else 32
-    _act_bwd_mvue_pack_kernel[(triton.cdiv(m, 64), k // bk)](
-        h,
-        g,
-        dh,
-        flat16[:vals].view(torch.int32),
-        flat16[vals:],
-        seed,
-        m,
-        k,
-        a.stride(0),
-        a.stride(1),
-        BK=bk,
-        ROW_MAJOR=row_major,
-        ACT=act,
-        BF16=out.dtype == torch.bfloat16,
-        num_warps=warps,
-    )
+    grid, vals32, meta, kw = _mvue_launch(a, out, ACT_MVUE_TILE_ROW_MAJOR, ACT_MVUE_TILE_COL_MAJOR)
+    _act_bwd_mvue_pack_kernel[grid](h, g, dh, vals32, meta, seed, *a.shape, a.stride(0), a.stride(1), ACT=act, **kw)

@@ -215,11 +215,12 @@ class _SparseLinearFn(torch.autograd.Function):
         dt = x.dtype
         x2d = _as_2d(x, x.shape[-1])
         wm = packed_t = None
+        ctx.decay_from = None  # (pruned entries, pack(W*M)) where the backward decays from them
         if plan.cslt:  # pack W*M (and (W*M)^T for dX) in one pass over the master weight
             w = weight.detach()
             if pair is not None:  # the layer's persistent pair, already refreshed for this step
                 packed, packed_t, pruned = pair
-                if pruned is not None:  # this step's pruned entries: the backward decays from them
+                if pruned is not None:
                     ctx.decay_from = (pruned, packed)
             elif plan.mode in _TRANSPOSABLE_MODES:
                 packed, packed_t = pack_pair_operands(w, mask, dt)
@@ -240,8 +241,6 @@ class _SparseLinearFn(torch.autograd.Function):
         ctx.seed = seed  # not saved: it is advanced in place on the device (by us, or a handoff)
         ctx.plan = plan
         ctx.handoff = handoff
-        if not hasattr(ctx, "decay_from"):
-            ctx.decay_from = None
         ctx.dt = dt
         ctx.x_col = not x2d.is_contiguous()
         ctx.x_shape = x.shape

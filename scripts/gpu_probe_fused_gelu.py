@@ -10,7 +10,6 @@ from __future__ import annotations
 import sys
 
 import torch
-import triton
 
 import kernels._cslt_pack_triton as kt
 from kernels.cslt_pack import _alloc, cslt_gelu_backward_mvue_pack_t, cslt_pack_mvue_t
@@ -25,30 +24,20 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def _launch(h, g, dh, seed, out, bk, warps):
-    a = dh.t()
-    m, k = a.shape
-    flat16 = out.view(torch.int16)
-    vals = m * k // 2
-    kt._act_bwd_mvue_pack_kernel[(triton.cdiv(m, 64), k // bk)](
-        h,
-        g,
-        dh,
-        flat16[:vals].view(torch.int32),
-        flat16[vals:],
-        seed,
-        m,
-        k,
-        a.stride(0),
-        a.stride(1),
-        BK=bk,
-        ROW_MAJOR=a.stride(1) == 1,
-        ACT=1,
-        BF16=True,
-        num_warps=warps,
-    )
+    """The production launcher with the tile (columns, warps) swept for both layouts."""
+    kt.ACT_MVUE_TILE_ROW_MAJOR = kt.ACT_MVUE_TILE_COL_MAJOR = (bk, warps)
+    kt.act_bwd_mvue_pack_t_into(h, g, dh, 1, seed, out)
 
 
 def kernel_sweep() -> None:
+    default = (kt.ACT_MVUE_TILE_ROW_MAJOR, kt.ACT_MVUE_TILE_COL_MAJOR)
+    try:
+        _sweep()
+    finally:
+        kt.ACT_MVUE_TILE_ROW_MAJOR, kt.ACT_MVUE_TILE_COL_MAJOR = default
+
+
+def _sweep() -> None:
     for t, f, layout in ((8192, 8192, "col"), (4096, 16384, "col"), (16384, 8192, "col"), (8192, 8192, "row")):
         gen = torch.Generator(device=DEV).manual_seed(t + f)
         h = torch.randn(f, t, device=DEV, generator=gen).to(BF).t()  # column-major [T, f]
