@@ -69,36 +69,32 @@ def group_uniform(seed, g):
 
 
 @triton.jit
-def _mvue_group(x0, x1, x2, x3, u):
-    """MVUE of groups given as four fp32 vectors (element 0..3 of each group) and uniforms u.
-
-    Returns the four output vectors (fp32) and the four keep flags.
-    """
+def _mvue_pair(x0, x1, x2, x3, u):
+    """MVUE of groups given as four fp32 vectors (element 0..3 of each group) and uniforms u, as
+    the two kept positions ``lo < hi`` (int32) and their values ``v_lo``, ``v_hi`` (fp32): only
+    the kept pair is valued (what a pack stores), not all four elements."""
     a0 = tl.abs(x0)
     a1 = tl.abs(x1)
     a2 = tl.abs(x2)
     a3 = tl.abs(x3)
-    s = a0 + a1 + a2 + a3
+    a01 = a0 + a1
+    a23 = a2 + a3
+    s = a01 + a23
     # mass of the other three elements, summed directly (no cancellation S - |x_j|)
-    r0 = a1 + a2 + a3
-    r1 = a0 + a2 + a3
-    r2 = a0 + a1 + a3
-    r3 = a0 + a1 + a2
+    r0 = a1 + a23
+    r1 = a0 + a23
+    r2 = a01 + a3
+    r3 = a01 + a2
     # dominant element: more than half the mass; at most one per group
     d0 = a0 > r0
     d1 = a1 > r1
     d2 = a2 > r2
     d3 = a3 > r3
-    anyd = d0 | d1 | d2 | d3
-    rd = tl.where(d0, r0, tl.where(d1, r1, tl.where(d2, r2, tl.where(d3, r3, 0.0))))
-    # T = mass per kept slot; w_i = q_i * T (sum w = 2T)
-    t = tl.where(anyd, rd, s * 0.5)
-    w0 = tl.where(d0, r0, a0)
-    w1 = tl.where(d1, r1, a1)
-    w2 = tl.where(d2, r2, a2)
-    c0 = w0
-    c1 = c0 + w1
-    c2 = c1 + w2
+    # T = mass per kept slot (r_j of the dominant j, else S / 2); w_i = q_i * T (sum w = 2T)
+    t = tl.where(d0, r0, tl.where(d1, r1, tl.where(d2, r2, tl.where(d3, r3, s * 0.5))))
+    c0 = tl.where(d0, r0, a0)
+    c1 = c0 + tl.where(d1, r1, a1)
+    c2 = c1 + tl.where(d2, r2, a2)
     # systematic sampling: points u*T and (u+1)*T; interval index = number of thresholds <= point
     p0 = u * t
     p1 = (u + 1.0) * t
@@ -107,24 +103,34 @@ def _mvue_group(x0, x1, x2, x3, u):
     same = i1 == i2  # only through fp32 rounding
     i2 = tl.where(same & (i1 < 3), i1 + 1, i2)
     i1 = tl.where(same & (i1 == 3), 2, i1)
-    # degenerate: all zero, or a single nonzero -> keep it (or position 0) and one more
-    deg = (s == 0.0) | (anyd & (rd == 0.0))
+    # degenerate (T == 0: all zero, or a single nonzero): keep it (or position 0) and one more
+    deg = t == 0.0
     jd = d1.to(tl.int32) + 2 * d2.to(tl.int32) + 3 * d3.to(tl.int32)
     i1 = tl.where(deg, jd, i1)
-    i2 = tl.where(deg, tl.where(jd == 0, 1, 0), i2)
-    k0 = (i1 == 0) | (i2 == 0)
-    k1 = (i1 == 1) | (i2 == 1)
-    k2 = (i1 == 2) | (i2 == 2)
-    k3 = (i1 == 3) | (i2 == 3)
-    # x_i / q_i: x_j for the dominant element, sign(x_i) * T otherwise
-    v0 = tl.where(d0, x0, tl.where(x0 > 0, t, tl.where(x0 < 0, -t, 0.0)))
-    v1 = tl.where(d1, x1, tl.where(x1 > 0, t, tl.where(x1 < 0, -t, 0.0)))
-    v2 = tl.where(d2, x2, tl.where(x2 > 0, t, tl.where(x2 < 0, -t, 0.0)))
-    v3 = tl.where(d3, x3, tl.where(x3 > 0, t, tl.where(x3 < 0, -t, 0.0)))
-    o0 = tl.where(k0, v0, 0.0)
-    o1 = tl.where(k1, v1, 0.0)
-    o2 = tl.where(k2, v2, 0.0)
-    o3 = tl.where(k3, v3, 0.0)
+    i2 = tl.where(deg, (jd == 0).to(tl.int32), i2)
+    lo = tl.minimum(i1, i2)
+    hi = tl.maximum(i1, i2)
+    x_lo = tl.where(lo == 0, x0, tl.where(lo == 1, x1, x2))
+    x_hi = tl.where(hi == 3, x3, tl.where(hi == 2, x2, x1))
+    # x_i / q_i: x_i itself where |x_i| > T (the dominant element), sign(x_i) * T otherwise
+    v_lo = tl.where(tl.abs(x_lo) > t, x_lo, tl.where(x_lo > 0, t, tl.where(x_lo < 0, -t, 0.0)))
+    v_hi = tl.where(tl.abs(x_hi) > t, x_hi, tl.where(x_hi > 0, t, tl.where(x_hi < 0, -t, 0.0)))
+    return lo, hi, v_lo, v_hi
+
+
+@triton.jit
+def _mvue_group(x0, x1, x2, x3, u):
+    """MVUE of groups given as four fp32 vectors (element 0..3 of each group) and uniforms u:
+    the four output vectors (fp32) and the four keep flags (:func:`_mvue_pair` spread out)."""
+    lo, hi, v_lo, v_hi = _mvue_pair(x0, x1, x2, x3, u)
+    k0 = lo == 0
+    k1 = (lo == 1) | (hi == 1)
+    k2 = (lo == 2) | (hi == 2)
+    k3 = hi == 3
+    o0 = tl.where(k0, v_lo, 0.0)
+    o1 = tl.where(lo == 1, v_lo, tl.where(hi == 1, v_hi, 0.0))
+    o2 = tl.where(lo == 2, v_lo, tl.where(hi == 2, v_hi, 0.0))
+    o3 = tl.where(k3, v_hi, 0.0)
     return o0, o1, o2, o3, k0, k1, k2, k3
 
 
@@ -375,15 +381,17 @@ def mvue24(
 
 
 def _mvue_groups_reference(xg: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """MVUE on fp32 groups xg [N, 4] with uniforms u [N]; same operation sequence as the kernel."""
+    """MVUE on fp32 groups xg [N, 4] with uniforms u [N]; same operation sequence as the kernel
+    (:func:`_mvue_pair`)."""
     a0, a1, a2, a3 = xg.abs().unbind(-1)
-    s = a0 + a1 + a2 + a3
-    r = torch.stack([a1 + a2 + a3, a0 + a2 + a3, a0 + a1 + a3, a0 + a1 + a2], dim=-1)
+    a01 = a0 + a1
+    a23 = a2 + a3
+    s = a01 + a23
+    r = torch.stack([a1 + a23, a0 + a23, a01 + a3, a01 + a2], dim=-1)
     a = torch.stack([a0, a1, a2, a3], dim=-1)
     dom = a > r
     anyd = dom.any(-1)
-    zero = torch.zeros_like(s)
-    rd = torch.where(dom, r, zero[:, None]).sum(-1)  # at most one nonzero term: exact
+    rd = torch.where(dom, r, torch.zeros_like(r)).sum(-1)  # at most one nonzero term: exact
     t = torch.where(anyd, rd, s * 0.5)
     w = torch.where(dom, r, a)
     c0 = w[:, 0]
@@ -396,7 +404,7 @@ def _mvue_groups_reference(xg: torch.Tensor, u: torch.Tensor) -> tuple[torch.Ten
     same = i1 == i2
     i2 = torch.where(same & (i1 < 3), i1 + 1, i2)
     i1 = torch.where(same & (i1 == 3), torch.full_like(i1, 2), i1)
-    deg = (s == 0) | (anyd & (rd == 0))
+    deg = t == 0
     jd = dom[:, 1].int() + 2 * dom[:, 2].int() + 3 * dom[:, 3].int()
     i1 = torch.where(deg, jd, i1)
     i2 = torch.where(deg, (jd == 0).int(), i2)
@@ -404,7 +412,7 @@ def _mvue_groups_reference(xg: torch.Tensor, u: torch.Tensor) -> tuple[torch.Ten
     keep = (i1[:, None] == pos) | (i2[:, None] == pos)
     tt = t[:, None]
     signed_t = torch.where(xg > 0, tt, torch.where(xg < 0, -tt, torch.zeros_like(xg)))
-    val = torch.where(dom, xg, signed_t)
+    val = torch.where(xg.abs() > tt, xg, signed_t)
     out = torch.where(keep, val, torch.zeros_like(xg))
     return out, keep
 

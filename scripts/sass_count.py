@@ -1,0 +1,91 @@
+"""Static SASS of the MVUE pack kernels for sm_90, compiled here without a GPU (ptxas +
+nvdisasm that ship with Triton): instructions per element, by opcode, to see where an
+ALU-bound kernel spends its issue slots before spending device time on it.
+
+    python3 scripts/sass_count.py [--dump KERNEL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from kernels import _cslt_pack_triton as pk
+
+TARGET = GPUTarget("cuda", 90, 32)
+
+
+def compile_sass(fn, signature: dict, constexprs: dict, num_warps: int) -> str:
+    """As a launch would specialize it: a unit stride is a constant, every pointer and every
+    other integer is divisible by 16 (the shapes the suites run)."""
+    idx = fn.arg_names.index
+    runtime = [k for k, v in signature.items() if k not in constexprs and v != "constexpr"]
+    attrs = {(idx(k),): [["tt.divisibility", 16]] for k in runtime}
+    src = ASTSource(fn, signature, constexprs={(idx(k),): v for k, v in constexprs.items()}, attrs=attrs)
+    kernel = triton.compile(src, target=TARGET, options={"num_warps": num_warps})
+    return kernel.asm["sass"]
+
+
+def opcode_counts(sass: str) -> collections.Counter:
+    ops: collections.Counter = collections.Counter()
+    for line in sass.splitlines():
+        m = re.match(r"\s*(?:/\*[0-9a-f]+\*/|[-0-9a-fA-FY:]+\t)\s*(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        if m:
+            ops[m.group(2).split(".")[0]] += 1
+    return ops
+
+
+PTRS = {"*bf16", "*i32", "*i16", "*i64"}
+
+
+def unit_stride(row_major: bool) -> dict:
+    return {"stride_ac": 1} if row_major else {"stride_ar": 1}
+
+
+def cases() -> list:
+    common = {"m": "i32", "k": "i32", "stride_ar": "i32", "stride_ac": "i32"}
+    out = []
+    for row_major, tile in ((False, pk.MVUE_TILE_COL_MAJOR), (True, pk.MVUE_TILE_ROW_MAJOR)):
+        sig = {"a_ptr": "*bf16", "out32_ptr": "*i32", "meta_ptr": "*i16", "seed_ptr": "*i64", **common}
+        cx = {"BK": tile[0], "ROW_MAJOR": row_major, "BF16": True, **unit_stride(row_major)}
+        out.append((f"mvue_pack row_major={row_major}", pk._mvue_pack_kernel, sig, cx, tile))
+    for row_major, tile in ((False, pk.ACT_MVUE_TILE_COL_MAJOR), (True, pk.ACT_MVUE_TILE_ROW_MAJOR)):
+        sig = {
+            "h_ptr": "*bf16",
+            "g_ptr": "*bf16",
+            "dh_ptr": "*bf16",
+            "out32_ptr": "*i32",
+            "meta_ptr": "*i16",
+            "seed_ptr": "*i64",
+            **common,
+        }
+        cx = {"BK": tile[0], "ROW_MAJOR": row_major, "ACT": 1, "BF16": True, **unit_stride(row_major)}
+        out.append((f"act_bwd_mvue_pack row_major={row_major}", pk._act_bwd_mvue_pack_kernel, sig, cx, tile))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dump", default=None, help="substring of a case name: print its SASS")
+    ap.add_argument("--top", type=int, default=12)
+    args = ap.parse_args()
+    for name, fn, sig, cx, (bk, warps) in cases():
+        full = {**sig, **{k: "constexpr" for k in cx}}
+        sass = compile_sass(fn, full, cx, warps)
+        ops = opcode_counts(sass)
+        total = sum(ops.values())
+        per_thread_elems = 64 * bk / (32 * warps)
+        per_elem = total / per_thread_elems
+        print(f"{name:40s} BK={bk:3d} warps={warps}: {total:5d} instr/thread, {per_elem:6.1f} per element")
+        print("    " + ", ".join(f"{k} {v}" for k, v in ops.most_common(args.top)))
+        if args.dump and args.dump in name:
+            print(sass)
+
+
+if __name__ == "__main__":
+    main()
