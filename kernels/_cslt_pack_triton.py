@@ -383,13 +383,16 @@ ACT_MVUE_TILE_COL_MAJOR = (64, 4)
 
 
 @triton.jit
-def _mvue_pack_tile(x, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK: tl.constexpr, BF16: tl.constexpr):
+def _mvue_pack_tile(
+    x, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK: tl.constexpr, BF16: tl.constexpr, EVEN_M: tl.constexpr
+):
     """MVUE + pack of one fp32 tile ``x`` [64, BK] (rows rt*64.., columns c0.. of A [m, k]), 2:4
     along k: each group's four elements are split out of the tile with no reductions, and the
     kept pair, its code and the metadata words are formed directly. Same uniforms as
-    ``kernels.mvue`` (group g: component g % 4 of ``rand4x(seed, g // 4)``)."""
+    ``kernels.mvue`` (group g: component g % 4 of ``rand4x(seed, g // 4)``). ``EVEN_M``: m is
+    a multiple of 64 (no row is masked)."""
     rows = rt * 64 + tl.arange(0, 64)
-    valid = rows[:, None] < m
+    valid = (rows[:, None] < m) | EVEN_M
     x4 = tl.reshape(x, (64, BK // 4, 2, 2))  # element e = 2 * i + j of each group
     xe, xo = tl.split(x4)
     x0, x2 = tl.split(xe)
@@ -400,8 +403,13 @@ def _mvue_pack_tile(x, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK: tl.const
     lo, hi, v_lo, v_hi = _mvue_pair(x0, x1, x2, x3, u)
     g = c0 // 4 + tl.arange(0, BK // 4)
     vals = _bits16(v_lo, BF16) | (_bits16(v_hi, BF16) << 16)
-    tl.store(out32_ptr + rows[:, None].to(tl.int64) * (k // 4) + g[None, :], vals, mask=valid)
-    code = tl.where(valid, lo | (hi << 2), 14)  # rows past m: padding code
+    vptr = out32_ptr + rows[:, None].to(tl.int64) * (k // 4) + g[None, :]
+    if EVEN_M:
+        tl.store(vptr, vals)
+        code = lo | (hi << 2)
+    else:
+        tl.store(vptr, vals, mask=valid)
+        code = tl.where(valid, lo | (hi << 2), 14)  # rows past m: padding code
     # tile row = rb * 16 + h * 8 + rr, tile group = kb * 8 + gh * 4 + gq; nibble 2 * gh + h.
     # The four nibbles of a word are split out of a permuted tile (no sums over reshaped axes:
     # 0.03 ms less of 0.26 on the H100, results/tuning/h100_probe_mvue_variants.txt).
@@ -431,6 +439,7 @@ def _mvue_pack_kernel(
     BK: tl.constexpr,
     ROW_MAJOR: tl.constexpr,
     BF16: tl.constexpr,
+    EVEN_M: tl.constexpr,
 ):
     """Pack MVUE(A) 2:4 along k for A [m, k] given by strides (dY^T, dH^T: views of the gradient),
     64 rows x BK columns per program. The tile is read along A's contiguous axis (transposed in
@@ -441,11 +450,11 @@ def _mvue_pack_kernel(
     cols = c0 + tl.arange(0, BK)
     if ROW_MAJOR:
         offs = rows[:, None].to(tl.int64) * stride_ar + cols[None, :].to(tl.int64) * stride_ac
-        x = tl.load(a_ptr + offs, mask=rows[:, None] < m, other=0.0).to(tl.float32)
+        x = tl.load(a_ptr + offs, mask=(rows[:, None] < m) | EVEN_M, other=0.0).to(tl.float32)
     else:  # rows of A contiguous: read [BK, 64] along them, transpose in registers
         offs_t = cols[:, None].to(tl.int64) * stride_ac + rows[None, :].to(tl.int64) * stride_ar
-        x = tl.trans(tl.load(a_ptr + offs_t, mask=rows[None, :] < m, other=0.0).to(tl.float32))
-    _mvue_pack_tile(x, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, BF16)
+        x = tl.trans(tl.load(a_ptr + offs_t, mask=(rows[None, :] < m) | EVEN_M, other=0.0).to(tl.float32))
+    _mvue_pack_tile(x, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, BF16, EVEN_M)
 
 
 def _mvue_launch(a: torch.Tensor, out: torch.Tensor, tiles_row_major: tuple, tiles_col_major: tuple) -> tuple:
@@ -458,7 +467,8 @@ def _mvue_launch(a: torch.Tensor, out: torch.Tensor, tiles_row_major: tuple, til
     row_major = a.stride(1) == 1
     bk, warps = tiles_row_major if row_major else tiles_col_major
     bk = bk if k % bk == 0 else 32
-    kw = {"BK": bk, "ROW_MAJOR": row_major, "BF16": out.dtype == torch.bfloat16, "num_warps": warps}
+    kw = {"BK": bk, "ROW_MAJOR": row_major, "BF16": out.dtype == torch.bfloat16, "EVEN_M": m % 64 == 0}
+    kw["num_warps"] = warps
     return (triton.cdiv(m, 64), k // bk), flat16[:vals].view(torch.int32), flat16[vals:], kw
 
 
@@ -489,6 +499,7 @@ def _act_bwd_mvue_pack_kernel(
     ROW_MAJOR: tl.constexpr,
     ACT: tl.constexpr,
     BF16: tl.constexpr,
+    EVEN_M: tl.constexpr,
 ):
     """dH = act'(H) * G, stored in H's layout, and packed MVUE(dH) 2:4 along k, in one pass.
     H, G and dH share strides; A = dH is [m, k] through them (dH^T of the activation's [T, n]
@@ -500,10 +511,10 @@ def _act_bwd_mvue_pack_kernel(
     cols = c0 + tl.arange(0, BK)
     if ROW_MAJOR:
         offs = rows[:, None].to(tl.int64) * stride_ar + cols[None, :].to(tl.int64) * stride_ac
-        inb = rows[:, None] < m
+        inb = (rows[:, None] < m) | EVEN_M
     else:  # rows of A contiguous: work on [BK, 64] along them, transpose in registers
         offs = cols[:, None].to(tl.int64) * stride_ac + rows[None, :].to(tl.int64) * stride_ar
-        inb = rows[None, :] < m
+        inb = (rows[None, :] < m) | EVEN_M
     h = tl.load(h_ptr + offs, mask=inb, other=0.0).to(tl.float32)
     gr = tl.load(g_ptr + offs, mask=inb, other=0.0).to(tl.float32)
     _, dact = _act_and_grad(h, ACT)
@@ -512,7 +523,7 @@ def _act_bwd_mvue_pack_kernel(
     x = dh.to(tl.float32)
     if not ROW_MAJOR:
         x = tl.trans(x)
-    _mvue_pack_tile(x, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, BF16)
+    _mvue_pack_tile(x, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, BF16, EVEN_M)
 
 
 def act_bwd_mvue_pack_t_into(

@@ -52,7 +52,7 @@ def cases() -> list:
     out = []
     for row_major, tile in ((False, pk.MVUE_TILE_COL_MAJOR), (True, pk.MVUE_TILE_ROW_MAJOR)):
         sig = {"a_ptr": "*bf16", "out32_ptr": "*i32", "meta_ptr": "*i16", "seed_ptr": "*i64", **common}
-        cx = {"BK": tile[0], "ROW_MAJOR": row_major, "BF16": True, **unit_stride(row_major)}
+        cx = {"BK": tile[0], "ROW_MAJOR": row_major, "BF16": True, "EVEN_M": True, **unit_stride(row_major)}
         out.append((f"mvue_pack row_major={row_major}", pk._mvue_pack_kernel, sig, cx, tile))
     for row_major, tile in ((False, pk.ACT_MVUE_TILE_COL_MAJOR), (True, pk.ACT_MVUE_TILE_ROW_MAJOR)):
         sig = {
@@ -64,7 +64,7 @@ def cases() -> list:
             "seed_ptr": "*i64",
             **common,
         }
-        cx = {"BK": tile[0], "ROW_MAJOR": row_major, "ACT": 1, "BF16": True, **unit_stride(row_major)}
+        cx = {"BK": tile[0], "ROW_MAJOR": row_major, "ACT": 1, "BF16": True, "EVEN_M": True, **unit_stride(row_major)}
         out.append((f"act_bwd_mvue_pack row_major={row_major}", pk._act_bwd_mvue_pack_kernel, sig, cx, tile))
     return out
 
