@@ -372,13 +372,14 @@ def decay_cast_pruned(g: torch.Tensor, pruned: torch.Tensor, packed: torch.Tenso
 # fused MVUE + pack on plain tiles (the fst weight-gradient operand, every backward)
 # --------------------------------------------------------------------------------------------
 
-# (tile columns, warps) by layout of A, the fastest bit-identical variants on the H100
-# (results/tuning/h100_probe_pack_kernels_mvue_split_meta.txt): A row-major (dH^T of the column-major fst
-# FFN), A column-major (dY^T of a row-major dY: read along dY's rows, transposed in registers)
-MVUE_TILE_ROW_MAJOR = (32, 4)
-MVUE_TILE_COL_MAJOR = (32, 4)
-# the same for the GELU backward fused with the pack (results/tuning/h100_probe_fused_gelu.txt)
-ACT_MVUE_TILE_ROW_MAJOR = (32, 4)
+# (tile columns, warps) by layout of A, the fastest bit-identical variants on the H100 after the
+# kept-pair MVUE (results/tuning/h100_probe_pack_kernels_kept_pair.txt): A row-major (dH^T of the
+# column-major fst FFN), A column-major (dY^T of a row-major dY: read along dY's rows, transposed
+# in registers)
+MVUE_TILE_ROW_MAJOR = (128, 4)
+MVUE_TILE_COL_MAJOR = (64, 4)
+# the same for the GELU backward fused with the pack (results/tuning/h100_probe_fused_gelu_kept_pair.txt)
+ACT_MVUE_TILE_ROW_MAJOR = (64, 4)
 ACT_MVUE_TILE_COL_MAJOR = (64, 4)
 
 

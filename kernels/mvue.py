@@ -226,6 +226,10 @@ def _uniforms_kernel(u_ptr, seed, n, BLOCK: tl.constexpr):
 _BLOCK_G = 256
 _BLOCK_I_MAX = 512  # H100: 256 groups x 4 warps (rows) and 512 x 4 (strided) are near the best tried
 _BLOCK_U = 1024
+# No fp32 multiply-add contraction: with it the compiler fuses the uniform's scaling into u + 1
+# (one rounding fewer than the reference and the fused pack kernels, which a rounding tie in
+# about one group of 16M then shows; results/tuning/h100_probe_pack_kernels_1a204c2.txt).
+_NO_FMA = {"enable_fp_fusion": False}
 
 # --------------------------------------------------------------------------------------------
 # validation helpers
@@ -332,13 +336,13 @@ def _mvue24_into(
     if inner == 1:
         n_groups = outer * n_groups_dim
         grid = (cdiv(n_groups, _BLOCK_G),)
-        _mvue24_rows_kernel[grid](x, out, mptr, seed, n_groups, WRITE_MASK=write_mask, BLOCK_G=_BLOCK_G, **seed_kw)
+        _mvue24_rows_kernel[grid](x, out, mptr, seed, n_groups, WRITE_MASK=write_mask, BLOCK_G=_BLOCK_G, **seed_kw, **_NO_FMA)
     else:
         block_i = max(16, min(_BLOCK_I_MAX, triton.next_power_of_2(inner)))
         n_iblocks = cdiv(inner, block_i)
         grid = (outer * n_groups_dim * n_iblocks,)
         _mvue24_strided_kernel[grid](
-            x, out, mptr, seed, inner, n_groups_dim, n_iblocks, WRITE_MASK=write_mask, BLOCK_I=block_i, **seed_kw
+            x, out, mptr, seed, inner, n_groups_dim, n_iblocks, WRITE_MASK=write_mask, BLOCK_I=block_i, **seed_kw, **_NO_FMA
         )
 
 
