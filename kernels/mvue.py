@@ -336,13 +336,15 @@ def _mvue24_into(
     if inner == 1:
         n_groups = outer * n_groups_dim
         grid = (cdiv(n_groups, _BLOCK_G),)
-        _mvue24_rows_kernel[grid](x, out, mptr, seed, n_groups, WRITE_MASK=write_mask, BLOCK_G=_BLOCK_G, **seed_kw, **_NO_FMA)
+        kw = {**seed_kw, **_NO_FMA}
+        _mvue24_rows_kernel[grid](x, out, mptr, seed, n_groups, WRITE_MASK=write_mask, BLOCK_G=_BLOCK_G, **kw)
     else:
+        kw = {**seed_kw, **_NO_FMA}
         block_i = max(16, min(_BLOCK_I_MAX, triton.next_power_of_2(inner)))
         n_iblocks = cdiv(inner, block_i)
         grid = (outer * n_groups_dim * n_iblocks,)
         _mvue24_strided_kernel[grid](
-            x, out, mptr, seed, inner, n_groups_dim, n_iblocks, WRITE_MASK=write_mask, BLOCK_I=block_i, **seed_kw, **_NO_FMA
+            x, out, mptr, seed, inner, n_groups_dim, n_iblocks, WRITE_MASK=write_mask, BLOCK_I=block_i, **kw
         )
 
 
