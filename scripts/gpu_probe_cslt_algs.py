@@ -23,13 +23,13 @@ DEV = torch.device("cuda")
 
 def record(d: int, batch: int) -> list:
     seen: dict = {}
-    orig = sg._search_alg
+    orig = sg._search_config
 
     def spy(compressed, b, transpose_result, key):
         seen.setdefault(key, (compressed.clone(), b.clone(), transpose_result))
         return orig(compressed, b, transpose_result, key)
 
-    sg._search_alg = spy
+    sg._search_config = spy
     try:
         n = figure6.FFN_N
         cfg = figure6._cfg(d, n)
@@ -40,7 +40,7 @@ def record(d: int, batch: int) -> list:
             fwd_bwd(mod, x, dy)()
         torch.cuda.synchronize()
     finally:
-        sg._search_alg = orig
+        sg._search_config = orig
     return list(seen.items())
 
 
@@ -72,7 +72,8 @@ def probe(d: int, batch: int) -> None:
                 except RuntimeError as e:
                     print(f"    alg {alg} split_k {sk}: {str(e).splitlines()[0][:80]}", flush=True)
                     continue
-                mark = " <- searched" if (alg, sk) == (int(found[0]), int(found[1]) if len(found) > 1 else 1) else ""
+                mark = " <- chosen" if (alg, sk) == sg._ALG_CACHE.get(key, (None, None))[:2] else ""
+                mark += " <- searched" if (alg, sk) == (int(found[0]), int(found[1]) if len(found) > 1 else 1) else ""
                 mark += " <- what we run" if (alg, sk) == (int(found[0]), 1) else ""
                 print(f"    alg {alg} split_k {sk}: {ms:.4f} ms  {dense / ms:.2f}x dense{mark}", flush=True)
 

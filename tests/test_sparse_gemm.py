@@ -38,3 +38,31 @@ def test_cusparselt_matches_dense():
     sw = Sparse24Weight(w)
     ref = torch.nn.functional.linear(x.double(), sw.pruned.double())
     assert_close_rel(sw.linear(x), ref, 2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("transpose_result", [False, True])
+def test_searched_config_is_cached_and_correct(transpose_result):
+    """The configuration chosen by timing (alg_id, split_k, split_k_mode) is cached per problem,
+    is one of the candidates, and gives the product: the searched split-K one included."""
+    import kernels.sparse_gemm as sg
+    from kernels.cslt_pack import cslt_pack
+
+    m, k, n = 256, 512, 384
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    mask = nm_mask(a, 2, 4, dim=1)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    packed = cslt_pack(a, mask)
+    ref = (a * mask).double() @ b.double()
+    ref = ref.t() if transpose_result else ref
+    y = sg.cslt_mm_packed(packed, (m, k), b, transpose_result=transpose_result)
+    assert_close_rel(y, ref, 2e-2)
+    key = ("mm", (m, k), tuple(b.shape), b.stride(), transpose_result, b.dtype, b.device.index)
+    cfg = sg._ALG_CACHE[key]
+    assert len(cfg) == 3 and all(isinstance(v, int) for v in cfg)
+    found = torch._C._cusparselt.mm_search(packed, b, None, None, None, transpose_result)
+    for alg, split_k, mode in {cfg, (int(found[0]), int(found[1]), int(found[2]))}:
+        out = torch.full_like(y, float("nan"))
+        out.copy_(sg._cslt_mm(packed, b, (alg, split_k, mode), transpose_result=transpose_result))
+        assert_close_rel(out, ref, 2e-2)
