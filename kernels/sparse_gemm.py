@@ -192,7 +192,7 @@ def _search_config(compressed: torch.Tensor, b: torch.Tensor, transpose_result: 
     """Fastest cuSPARSELt configuration for this problem, chosen once per key and cached.
 
     ``mm_search`` names one configuration (and how many algorithms there are), from its own
-    short timing; on an H100 it was up to 3% slower than the best of the rest
+    short timing; on an H100 it was up to 3.2% slower than the best of the rest
     (results/tuning/h100_probe_cslt_algs.txt). So every alg_id with split_k = 1, and the searched
     configuration, is timed by CUDA-graph replay and the fastest kept. Never searches while a
     CUDA graph is being captured (the search times kernels): then the default, not cached."""
