@@ -355,6 +355,34 @@ def test_gelu_backward_mvue_pack_matches_separate_passes(dname, layout, approxim
     assert not torch.equal(bits(again), bits(packed))
 
 
+def test_gelu_tanh_derivative_over_the_whole_range():
+    """The fused pass's tanh-GELU derivative (one exp2, one division) against the exact value
+    (float64 from sigmoids, no cancellation: torch's float64 tanh form loses 1 + tanh far left)
+    to one ulp of the 16-bit dtype, from x = -30 to 30 and at huge |x| (gelu' = 1 or 0); +-inf and
+    NaN inputs give NaN, as torch's backward does."""
+    from kernels._common import use_triton
+    from kernels.cslt_pack import cslt_gelu_backward_mvue_pack_t
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    xs = torch.cat([torch.linspace(-30, 30, 64 * 32 - 8), torch.tensor([1e4, -1e4, 1e13, -1e13])])
+    xs = torch.cat([xs, torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0])])
+    h = xs.to(torch.bfloat16).reshape(64, 32).to(dev)
+    if not use_triton(h):
+        pytest.skip("the Triton kernel does not run here (the fallback is torch's backward)")
+    g = torch.ones_like(h)
+    dh = cslt_gelu_backward_mvue_pack_t(h, g, torch.tensor([5], device=dev), "tanh")[0].double().cpu()
+    x = h.double().cpu()
+    y = (2 / torch.pi) ** 0.5 * (x + 0.044715 * x**3)
+    p, q = torch.sigmoid(2 * y), torch.sigmoid(-2 * y)
+    exact = p * (1 + q * x * (2 * (2 / torch.pi) ** 0.5) * (1 + 3 * 0.044715 * x * x))
+    fin = torch.isfinite(x)
+    exact[fin & (x.abs() > 1e3)] = (x[fin & (x.abs() > 1e3)] > 0).double()  # sigmoid's 0 * inf
+    fi = torch.finfo(torch.bfloat16)
+    tol = fi.eps * exact.abs() + fi.tiny
+    assert ((dh - exact).abs() <= tol)[fin].all()
+    assert torch.isnan(dh[~fin]).all()
+
+
 def test_gelu_backward_mvue_pack_bad_input():
     from kernels.cslt_pack import cslt_gelu_backward_mvue_pack_t
 
