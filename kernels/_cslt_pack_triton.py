@@ -428,6 +428,24 @@ def _mvue_pack_tile(
 
 
 @triton.jit
+def _tile_offsets(m, stride_ar, stride_ac, BK: tl.constexpr, ROW_MAJOR: tl.constexpr, EVEN_M: tl.constexpr):
+    """This program's tile of A [m, k] (given by strides): row tile ``rt``, first column ``c0``, and
+    the offsets and in-bounds mask of its 64 x BK elements, laid out along A's contiguous axis:
+    [64, BK] when A is row-major, [BK, 64] (to be transposed in registers) when its rows are."""
+    rt = tl.program_id(0)
+    c0 = tl.program_id(1) * BK
+    rows = rt * 64 + tl.arange(0, 64)
+    cols = c0 + tl.arange(0, BK)
+    if ROW_MAJOR:
+        offs = rows[:, None].to(tl.int64) * stride_ar + cols[None, :].to(tl.int64) * stride_ac
+        inb = (rows[:, None] < m) | EVEN_M
+    else:
+        offs = cols[:, None].to(tl.int64) * stride_ac + rows[None, :].to(tl.int64) * stride_ar
+        inb = (rows[None, :] < m) | EVEN_M
+    return rt, c0, offs, inb
+
+
+@triton.jit
 def _mvue_pack_kernel(
     a_ptr,
     out32_ptr,
@@ -445,16 +463,10 @@ def _mvue_pack_kernel(
     """Pack MVUE(A) 2:4 along k for A [m, k] given by strides (dY^T, dH^T: views of the gradient),
     64 rows x BK columns per program. The tile is read along A's contiguous axis (transposed in
     registers when that is the row axis)."""
-    rt = tl.program_id(0)
-    c0 = tl.program_id(1) * BK
-    rows = rt * 64 + tl.arange(0, 64)
-    cols = c0 + tl.arange(0, BK)
-    if ROW_MAJOR:
-        offs = rows[:, None].to(tl.int64) * stride_ar + cols[None, :].to(tl.int64) * stride_ac
-        x = tl.load(a_ptr + offs, mask=(rows[:, None] < m) | EVEN_M, other=0.0).to(tl.float32)
-    else:  # rows of A contiguous: read [BK, 64] along them, transpose in registers
-        offs_t = cols[:, None].to(tl.int64) * stride_ac + rows[None, :].to(tl.int64) * stride_ar
-        x = tl.trans(tl.load(a_ptr + offs_t, mask=(rows[None, :] < m) | EVEN_M, other=0.0).to(tl.float32))
+    rt, c0, offs, inb = _tile_offsets(m, stride_ar, stride_ac, BK, ROW_MAJOR, EVEN_M)
+    x = tl.load(a_ptr + offs, mask=inb, other=0.0).to(tl.float32)
+    if not ROW_MAJOR:
+        x = tl.trans(x)
     _mvue_pack_tile(x, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, BF16, EVEN_M)
 
 
@@ -506,16 +518,7 @@ def _act_bwd_mvue_pack_kernel(
     H, G and dH share strides; A = dH is [m, k] through them (dH^T of the activation's [T, n]
     input). Tiles as in ``_mvue_pack_kernel``; the MVUE reads dH as stored (rounded to the
     16-bit dtype), so the pack equals ``_mvue_pack_kernel`` run on the stored dH."""
-    rt = tl.program_id(0)
-    c0 = tl.program_id(1) * BK
-    rows = rt * 64 + tl.arange(0, 64)
-    cols = c0 + tl.arange(0, BK)
-    if ROW_MAJOR:
-        offs = rows[:, None].to(tl.int64) * stride_ar + cols[None, :].to(tl.int64) * stride_ac
-        inb = (rows[:, None] < m) | EVEN_M
-    else:  # rows of A contiguous: work on [BK, 64] along them, transpose in registers
-        offs = cols[:, None].to(tl.int64) * stride_ac + rows[None, :].to(tl.int64) * stride_ar
-        inb = (rows[None, :] < m) | EVEN_M
+    rt, c0, offs, inb = _tile_offsets(m, stride_ar, stride_ac, BK, ROW_MAJOR, EVEN_M)
     h = tl.load(h_ptr + offs, mask=inb, other=0.0).to(tl.float32)
     gr = tl.load(g_ptr + offs, mask=inb, other=0.0).to(tl.float32)
     _, dact = _act_and_grad(h, ACT)
