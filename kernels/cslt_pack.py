@@ -467,7 +467,9 @@ def layout_matches(device: torch.device, dtype: torch.dtype) -> bool:
     (random 2:4 operands, one of them with padded rows) and the kernel's transposed-view and MVUE
     paths equal the reference packing there; checked once per (device, dtype), then cached. False
     (with a warning) otherwise: callers then compress with torch. Never checks while a CUDA graph
-    is being captured (returns False, not cached)."""
+    is being captured (returns False, not cached). Off CUDA there is no cuSPARSELt to match: False."""
+    if torch.device(device).type != "cuda":
+        return False
     key = (str(device), dtype)
     if key in _LAYOUT_OK:
         return _LAYOUT_OK[key]

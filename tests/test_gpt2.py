@@ -404,3 +404,61 @@ def test_llama_linear_factory_swaps_the_swiglu_linears():
     torch.manual_seed(0)
     b = LlamaModel(cfg, linear_factory=None)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+
+
+@pytest.mark.parametrize("kind", ["block", "mlp"])
+def test_fst_ffn_weights_refreshed_ahead_same_result(kind, emulated_cusparselt, monkeypatch):
+    """A block issues its FFN's weight refresh before attention (an MLP, proj's before fc): after
+    the first step every FFN linear's forward finds its refresh issued, and the steps equal those
+    of the same module without the early issue, bit for bit."""
+    import kernels.sparse_activation as sa_mod
+    import kernels.sparse_linear as sl_mod
+
+    monkeypatch.setattr(sa_mod, "layout_matches", lambda device, dtype: True)  # fused GELU bwd + pack too
+    cfg = GPT2Config(d_model=64, n_layer=1, n_head=2, seq_len=32, vocab_size=64, ffn_mode="fst")
+    x = torch.randn(2, 32, 64, generator=torch.Generator().manual_seed(3))  # 64 tokens: packable
+    dy = torch.randn(2, 32, 64, generator=torch.Generator().manual_seed(4))
+
+    def build() -> nn.Module:
+        torch.manual_seed(5)
+        m = block(cfg) if kind == "block" else mlp(cfg)
+        for lin in ffn_linears(m):
+            lin.checks = False
+        return m
+
+    issued = []
+    real = sl_mod.SparseLinear._issue_ahead
+
+    def record(self, dt, event):  # noqa: ANN001, ANN202
+        issued.append(self)
+        return real(self, dt, event)
+
+    monkeypatch.setattr(sl_mod.SparseLinear, "_issue_ahead", record)
+
+    def steps(m: nn.Module) -> list[torch.Tensor]:
+        out = []
+        for step in (1, 2, 3):
+            xg = x.clone().requires_grad_(True)
+            with torch.autocast("cpu", torch.bfloat16):
+                y = m(xg)
+            y.float().backward(dy)
+            out += [y.detach().float(), xg.grad] + [p.grad.clone() for p in m.parameters()]
+            m.zero_grad(set_to_none=True)
+            with torch.no_grad():
+                for lin in ffn_linears(m):
+                    lin.weight.mul_(0.9).add_(1e-3)
+                    lin.after_optimizer_step(step, 10**6)
+        return out
+
+    early = steps(build())
+    lins = ffn_linears(build())
+    expect = 4 if kind == "block" else 2  # steps 2 and 3: both linears (block) or proj (mlp)
+    assert len(issued) == expect
+    assert all(lin.mode == "fst" for lin in lins)
+    monkeypatch.setattr(g, "refresh_weights_ahead", lambda module, like: 0)
+    issued.clear()
+    plain = steps(build())
+    assert issued == []
+    assert len(early) == len(plain)
+    for a, b in zip(early, plain, strict=True):
+        assert torch.equal(a, b)

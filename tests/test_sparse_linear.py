@@ -1003,3 +1003,162 @@ def test_decay_from_pruned_entries_follows_the_mask(mode, emulated_cusparselt, m
     assert not torch.equal(with_decay[1][2], with_decay[2][2])  # the mask changed before step 3
     for (ga, w, m), (gb, _, _) in zip(with_decay, without, strict=True):
         assert_close_rel(ga - gb, 0.25 * torch.where(m, 0.0, w), 2e-3)
+
+
+# --------------------------------------------------------------------------------------------
+# refresh_ahead: the per-step weight refresh issued before the forward (side stream on CUDA)
+# --------------------------------------------------------------------------------------------
+
+
+def _ahead_layer(mode: str) -> SparseLinear:
+    torch.manual_seed(61)
+    return SparseLinear(128, 64, mode=mode, mask_interval=2, decay=0.25, checks=False, seed=7)
+
+
+def _ahead_step(layer: SparseLinear, x: torch.Tensor, dy: torch.Tensor, ahead: bool) -> tuple[list, int]:
+    """One fwd+bwd under bf16 autocast, the refresh issued ahead or not; returns (y, dx, dW) and
+    how many layers refresh_ahead issued."""
+    xg = x.clone().requires_grad_(True)
+    with torch.autocast(x.device.type, torch.bfloat16):
+        issued = sl_mod.refresh_ahead(layer, x) if ahead else 0
+        y = layer(xg)
+    y.backward(dy)
+    out = [y.detach().float(), xg.grad.float(), layer.weight.grad.clone()]
+    layer.weight.grad = layer.bias.grad = None
+    return out, issued
+
+
+@pytest.mark.parametrize("mode", ["fst", "weight24"])
+def test_refresh_ahead_gives_the_same_step_and_skips_the_forwards_refresh(mode, emulated_cusparselt, monkeypatch):
+    """A refresh issued ahead replaces the forward's own (the forward refreshes nothing) and the
+    step is bit-identical to one without it; a weight changed after the issue, or a mask change,
+    makes the forward refresh in place again; a second issue in the same step is a no-op."""
+    g = torch.Generator().manual_seed(62)
+    x = torch.randn(64, 128, generator=g)
+    dy = torch.randn(64, 64, generator=g).bfloat16()
+    calls = []
+    real = sl_mod.refresh_pair_operands
+
+    def counting(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        calls.append(k.get("values_only"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(sl_mod, "refresh_pair_operands", counting)
+    plain, early = _ahead_layer(mode), _ahead_layer(mode)
+    assert sl_mod.refresh_ahead(early, x) == 0  # no packed weights yet: the first forward packs them
+    for step in (1, 2, 3):
+        ref, _ = _ahead_step(plain, x, dy, ahead=False)
+        with torch.autocast("cpu", torch.bfloat16):
+            assert sl_mod.refresh_ahead(early, x) == (0 if step == 1 else 1)
+            assert sl_mod.refresh_ahead(early, x) == 0  # already issued for this forward
+        n = len(calls)
+        got, _ = _ahead_step(early, x, dy, ahead=False)
+        assert len(calls) == (n + 1 if step == 1 else n)  # issued ahead: the forward refreshed nothing
+        for a, b in zip(got, ref, strict=True):
+            assert torch.equal(a, b)
+        for layer in (plain, early):  # an optimizer step (new mask at step 2's refresh)
+            with torch.no_grad():
+                layer.weight.mul_(torch.linspace(0.5, 1.5, layer.weight.numel()).view_as(layer.weight))
+            layer.after_optimizer_step(step, 10**6)
+    # the weight changes between the issue and the forward: the forward refreshes from the new weight
+    with torch.autocast("cpu", torch.bfloat16):
+        assert sl_mod.refresh_ahead(early, x) == 1
+    for layer in (plain, early):
+        with torch.no_grad():
+            layer.weight.add_(0.125)
+    n = len(calls)
+    got, _ = _ahead_step(early, x, dy, ahead=False)
+    ref, _ = _ahead_step(plain, x, dy, ahead=False)
+    assert len(calls) == n + 2  # early's own refresh, then plain's
+    for a, b in zip(got, ref, strict=True):
+        assert torch.equal(a, b)
+    # a mask change after the issue (refresh step): the repack drops the issued refresh
+    with torch.autocast("cpu", torch.bfloat16):
+        assert sl_mod.refresh_ahead(early, x) == 1
+    for layer in (plain, early):
+        with torch.no_grad():
+            layer.weight.mul_(torch.linspace(1.5, 0.5, layer.weight.numel()).view_as(layer.weight))
+        layer.after_optimizer_step(4, 10**6)
+    assert early._ahead is None
+    got, _ = _ahead_step(early, x, dy, ahead=False)
+    ref, _ = _ahead_step(plain, x, dy, ahead=False)
+    for a, b in zip(got, ref, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_refresh_ahead_ignores_dense_and_fallback_layers():
+    x = torch.randn(8, 128)
+    for layer in (nn.Linear(128, 64), SparseLinear(128, 64, mode="dense"), SparseLinear(128, 64, mode="srste")):
+        assert sl_mod.refresh_ahead(layer, x) == 0
+    layer = SparseLinear(128, 64, mode="fst", checks=False)  # CPU without emulation: dense fallback
+    with pytest.warns(UserWarning, match="dense fallback"):
+        layer(x)
+    assert sl_mod.refresh_ahead(layer, x) == 0 and layer._ahead is None
+
+
+@pytest.mark.gpu
+@gpu
+def test_cuda_graph_block_refresh_ahead_equals_inline_refresh(monkeypatch):
+    """A GPT-2 block with fst FFN linears, captured in a CUDA graph: the FFN weights' refresh runs
+    on a side stream (a parallel branch of the graph) while attention runs, and every replay
+    (weights changed in place between replays) gives bit for bit what the inline refresh gives."""
+    from kernels.sparse_gemm import cusparselt_available
+    from repro.models import gpt2 as g2
+
+    if not cusparselt_available():
+        pytest.skip("torch has no cuSPARSELt")
+    cfg = g2.GPT2Config(d_model=256, n_layer=1, n_head=4, seq_len=128, vocab_size=64, ffn_mode="fst")
+    gen = torch.Generator(device="cuda").manual_seed(72)
+    x = torch.randn(2, 128, 256, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_(True)
+    dy = torch.randn(2, 128, 256, device="cuda", dtype=torch.bfloat16, generator=gen)
+
+    def replays(ahead: bool) -> tuple[list[torch.Tensor], int]:
+        issued = []
+        if not ahead:
+            monkeypatch.setattr(g2, "refresh_weights_ahead", lambda module, like: 0)
+        else:
+            real = g2.refresh_weights_ahead
+            monkeypatch.setattr(g2, "refresh_weights_ahead", lambda m, like: issued.append(real(m, like)) or issued[-1])
+        torch.manual_seed(71)
+        blk = g2.block(cfg).cuda()
+        lins = g2.ffn_linears(blk)
+        for lin in lins:
+            lin.checks = False
+
+        def step() -> torch.Tensor:
+            with torch.autocast("cuda", torch.bfloat16):
+                y = blk(x)
+            y.backward(dy)
+            return y
+
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # eager warm-up: masks, packed pairs, algorithm search
+            for _ in range(2):
+                step()
+        torch.cuda.current_stream().wait_stream(s)
+        blk.zero_grad(set_to_none=True)
+        x.grad = None
+        issued.clear()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = step()
+        out = []
+        for r in range(3):
+            for i, lin in enumerate(lins):
+                lin.mvue_seed.fill_(100 * r + i)
+            with torch.no_grad():  # an optimizer step (mask unchanged): the replay must see it
+                for lin in lins:
+                    lin.weight.mul_(0.75).add_(1e-3)
+            graph.replay()
+            torch.cuda.synchronize()
+            out += [y.detach().clone(), x.grad.clone()] + [p.grad.clone() for p in blk.parameters()]
+        monkeypatch.undo()
+        return out, sum(issued)
+
+    early, n_early = replays(True)
+    plain, n_plain = replays(False)
+    assert n_early == 2 and n_plain == 0  # fc and proj issued ahead during the capture
+    for a, b in zip(early, plain, strict=True):
+        assert torch.isfinite(a).all()
+        assert torch.equal(a, b)
