@@ -362,9 +362,6 @@ class SparseLinear(nn.Linear):
             raise ValueError(f"seed must be an int in [0, 2**63) or None, got {seed!r}")
 
         self._mask_stale = True
-        # set by refresh_ahead: (pair key, weight, weight version, event) of a refresh already
-        # issued for the next forward, which then only waits for the event
-        self._ahead: tuple | None = None
         # (device, compute dtype) -> packed (W*M, (W*M)^T) of fst/weight24 on cuSPARSELt: kept
         # across steps, values rewritten each forward, metadata only when the mask changes
         self._pairs: dict[tuple[str, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
@@ -551,7 +548,6 @@ class SparseLinear(nn.Linear):
         """The mask changed: repack the persistent pairs (values and metadata) in place, so a
         captured graph sees the new mask; pairs left on another device are dropped."""
         w = self.weight.detach()
-        self._ahead = None
         self._pairs = {
             key: refresh_pair_operands(w, self._mask, pair, values_only=False)
             for key, pair in self._pairs.items()
@@ -587,39 +583,6 @@ class SparseLinear(nn.Linear):
         self._pairs[key] = pair
         return pair
 
-    def _ahead_ready(self, dt: torch.dtype, device: torch.device) -> bool:
-        """Whether a refresh for a forward in ``dt`` could be issued ahead now: a sparse
-        transposable layer whose pair exists (it ran on cuSPARSELt before) and whose mask
-        is current. (A first forward, or one after a mask change, refreshes in place.)"""
-        return (
-            self.mode in _TRANSPOSABLE_MODES
-            and not self.is_dense
-            and not self._mask_stale
-            and self.use_cusparselt
-            and self.weight.device == device
-            and (str(device), dt) in self._pairs
-        )
-
-    def _ahead_valid(self, key: tuple[str, torch.dtype]) -> bool:
-        a = self._ahead
-        return a is not None and a[0] == key and a[1] is self.weight and a[2] == self.weight._version
-
-    def _issue_ahead(self, dt: torch.dtype, event: torch.cuda.Event | None) -> None:
-        """Refresh this step's packed weights now (on the current stream); ``event``, recorded
-        after it, is what the next forward waits for (None: issued on the forward's stream)."""
-        key = (str(self.weight.device), dt)
-        self._packed_pair(dt)
-        self._ahead = (key, self.weight, self.weight._version, event)
-
-    def _take_ahead(self, dt: torch.dtype, device: torch.device) -> bool:
-        """Consume a refresh issued ahead for this forward (waiting for it on the current stream);
-        False if there is none or the weight changed since (then the forward refreshes)."""
-        a, valid = self._ahead, self._ahead_valid((str(device), dt))
-        self._ahead = None
-        if valid and a[3] is not None:
-            torch.cuda.current_stream(device).wait_event(a[3])
-        return valid
-
     def _pruned_entries(self, dt: torch.dtype, device: torch.device) -> torch.Tensor | None:
         """The pruned entries that this step's values refresh wrote (None: the decay reads W)."""
         return self._pruned.get((str(device), dt))
@@ -643,7 +606,6 @@ class SparseLinear(nn.Linear):
         self._dense = dense
         self._flip_count, self._flip_value = None, None
         self._pairs, self._pruned = {}, {}  # memory back; a sparse phase packs afresh
-        self._ahead = None
         if not dense:
             self.refresh_mask()
 
@@ -754,59 +716,11 @@ class SparseLinear(nn.Linear):
                 mask = self._mask
             pair = None
             if reason is None and self.mode in _TRANSPOSABLE_MODES:
-                if self._take_ahead(dt, x.device):  # refreshed by refresh_ahead on a side stream
-                    pair = (*self._pairs[(str(x.device), dt)], self._pruned_entries(dt, x.device))
-                else:
-                    pair = (*self._packed_pair(dt), self._pruned_entries(dt, x.device))
-            else:
-                self._ahead = None
+                pair = (*self._packed_pair(dt), self._pruned_entries(dt, x.device))
         plan = _Plan(self.mode, self.decay, reason is None, checks, dev, self._output_layout == "col")
         self.grad_handoff = handoff = GradHandoff(plan, self.mvue_seed)
         with _no_autocast(dev):
             return _SparseLinearFn.apply(x, self.weight, self.bias, mask, self.mvue_seed, plan, pair, handoff)
-
-
-_SIDE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
-
-
-def refresh_ahead(module: nn.Module, like: torch.Tensor) -> int:
-    """Issue the per-step weight refresh of every fst/weight24 ``SparseLinear`` in ``module`` now,
-    on a side CUDA stream, so that it runs alongside the work issued next (a block's attention
-    before its FFN, an FFN's first GEMM before its second); each layer's next forward waits for
-    its refresh instead of running it. ``like`` is a tensor of the coming forward (its device,
-    and its dtype outside autocast, pick the packed dtype).
-
-    Returns how many layers were issued. Skips layers that have no packed weights yet (their
-    first forward packs them), a stale mask, or a refresh already issued; a layer whose weight
-    changes before its forward refreshes in place as usual. Captured in a CUDA graph, the side
-    stream becomes a parallel branch of the graph. Off CUDA (the emulated cuSPARSELt path of the
-    tests) the refresh runs here, in order, with the same bookkeeping."""
-    dev = like.device
-    dt = torch.get_autocast_dtype(dev.type) if _autocast_enabled(dev.type) else like.dtype
-    key = (str(dev), dt)
-    todo = [
-        m
-        for m in module.modules()
-        if isinstance(m, SparseLinear) and m._ahead_ready(dt, dev) and not m._ahead_valid(key)
-    ]
-    if not todo:
-        return 0
-    if dev.type != "cuda":
-        with torch.no_grad():
-            for m in todo:
-                m._issue_ahead(dt, None)
-        return len(todo)
-    cur = torch.cuda.current_stream(dev)
-    side = _SIDE_STREAMS.get(dev)
-    if side is None:
-        side = _SIDE_STREAMS[dev] = torch.cuda.Stream(dev)
-    side.wait_stream(cur)
-    event = torch.cuda.Event()
-    with torch.cuda.stream(side), torch.no_grad():
-        for m in todo:
-            m._issue_ahead(dt, event)
-        event.record(side)
-    return len(todo)
 
 
 def _after_load_state_dict(module: nn.Module, incompatible_keys: object) -> None:
@@ -815,4 +729,4 @@ def _after_load_state_dict(module: nn.Module, incompatible_keys: object) -> None
         module.refresh_mask()
 
 
-__all__ = ["FAST_PATH", "MODES", "OUTPUT_LAYOUTS", "GradHandoff", "SparseLinear", "refresh_ahead"]
+__all__ = ["FAST_PATH", "MODES", "OUTPUT_LAYOUTS", "GradHandoff", "SparseLinear"]

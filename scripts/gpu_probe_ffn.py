@@ -1,9 +1,7 @@
 """GPU probe (device tool): figure6's FFN measurement and breakdown at a few shapes, to check the
 fst FFN (column-major inner activation, fused bias, mixed precision) before a full campaign.
     usage: python3 scripts/gpu_probe_ffn.py [d:N | block:d:n:N ...]   (default 2048:4 4096:4 4096:8 1280:4)
-An argument ``block:d:n:N`` measures one transformer block (fst and half) instead; a leading
-``noahead`` turns off the early (side-stream) weight refresh of the FFN linears for the arguments
-after it, ``ahead`` turns it back on."""
+An argument ``block:d:n:N`` measures one transformer block (fst and half) instead."""
 
 from __future__ import annotations
 
@@ -47,14 +45,7 @@ def main() -> None:
     args = sys.argv[1:] or ["2048:4", "4096:4", "4096:8", "1280:4", "block:1600:2048:8"]
     ctx = _Ctx()
     n = figure6.FFN_N
-    from repro.models import gpt2
-
-    real_ahead = gpt2.refresh_weights_ahead
     for a in args:
-        if a in ("ahead", "noahead"):
-            gpt2.refresh_weights_ahead = real_ahead if a == "ahead" else (lambda module, like: 0)
-            print(f"--- early weight refresh {'on' if a == 'ahead' else 'off'}", flush=True)
-            continue
         if a.startswith("block:"):
             d, bn, batch = (int(v) for v in a.split(":")[1:])
             figure6._measure(ctx, "block", figure6._cfg(d, bn), batch, bn, ("fst", "half"))

@@ -1,10 +1,7 @@
-"""Memory-layout and scheduling preferences that model builders pass on to their linears."""
+"""Memory-layout preferences that model builders pass on to their linears."""
 
 from __future__ import annotations
 
-import sys
-
-import torch
 from torch import nn
 
 
@@ -16,14 +13,3 @@ def prefer_col_major_output(linear: nn.Module) -> None:
     al. 2024, App. A.3). Others (nn.Linear) are left as they are."""
     if hasattr(linear, "output_layout"):
         linear.output_layout = "col"
-
-
-def refresh_weights_ahead(module: nn.Module, like: torch.Tensor) -> int:
-    """Let the 2:4 linears in ``module`` refresh this step's packed weights on a side stream now,
-    alongside the work issued before their forwards (``kernels.sparse_linear.refresh_ahead``).
-    Without ``kernels.sparse_linear`` loaded there are no such linears: nothing to do, and
-    nothing (Triton) imported."""
-    sparse_linear = sys.modules.get("kernels.sparse_linear")
-    if sparse_linear is None:
-        return 0
-    return sparse_linear.refresh_ahead(module, like)

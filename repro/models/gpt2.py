@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernels.sparse_activation import fst_gelu
-from repro.models._layout import prefer_col_major_output, refresh_weights_ahead
+from repro.models._layout import prefer_col_major_output
 
 __all__ = [
     "CONFIGS",
@@ -284,7 +284,6 @@ class GPT2MLP(nn.Module):
                 self._gated = functools.partial(gated.swiglu, check_finite=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        refresh_weights_ahead(self.proj, x)  # proj's packed weights, refreshed during fc's GEMM
         z = self.fc(x)
         # fst_gelu: F.gelu, whose backward also packs fc's weight-gradient operand when fc is fst
         a = fst_gelu(z, self.fc, self.approximate) if self._gated is None else self._gated(z)
@@ -307,7 +306,6 @@ class GPT2Block(nn.Module):
         self.mlp = GPT2MLP(cfg, linear_factory)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        refresh_weights_ahead(self.mlp, x)  # the FFN's packed weights, refreshed during attention
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
 

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from repro.models._layout import prefer_col_major_output, refresh_weights_ahead
+from repro.models._layout import prefer_col_major_output
 
 __all__ = [
     "CONFIGS",
@@ -256,7 +256,6 @@ class SwiGLU(nn.Module):
             prefer_col_major_output(m)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        refresh_weights_ahead(self.down, x)  # down's packed weights, refreshed during gate and up
         return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
@@ -271,7 +270,6 @@ class Block(nn.Module):
         self.ffn = SwiGLU(cfg, device, dtype, linear_factory)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        refresh_weights_ahead(self.ffn, x)  # the FFN's packed weights, refreshed during attention
         x = x + self.attn(self.attn_norm(x), cos, sin)
         return x + self.ffn(self.ffn_norm(x))
 
