@@ -52,7 +52,7 @@ FULL = {
     "ffn_d": (768, 1024, 1280, 1600, 2048, 4096),
     "ffn_batch": (1, 2, 4, 8),
     "block_n": (2048, 1024, 512),
-    "block_d": (768, 1024, 1280, 1600),
+    "block_d": (768, 1024, 1280, 1600, 2048, 4096),
     "block_batch": (1, 4, 8),
     "ffn_modes": ("fst", "weight24", "srste", "half"),
     "block_modes": ("fst", "half"),
@@ -86,15 +86,22 @@ def _dtype_label(device: torch.device) -> str:
 
 
 def _build(kind: str, cfg: GPT2Config, mode: str, device: torch.device) -> torch.nn.Module:
-    """The module in float32 (master weights; the timed call runs it under autocast)."""
+    """The module in float32 (master weights; the timed call runs it under autocast), initialised
+    on ``device`` itself (a d=4096 block takes seconds to initialise on the host)."""
     cfg = mode_config(cfg, mode)
-    mod = block(cfg, linear_factory=factory(mode)) if kind == "block" else mlp(cfg, linear_factory=factory(mode))
+    with torch.device(device):
+        mod = block(cfg, linear_factory=factory(mode)) if kind == "block" else mlp(cfg, linear_factory=factory(mode))
     return mod.to(device=device)
 
 
-def _dense_builder(kind: str, cfg: GPT2Config):
+def _dense_builder(kind: str, cfg: GPT2Config, device: torch.device):
     cfg = dataclasses.replace(cfg, ffn_mode="dense")
-    return (lambda: block(cfg)) if kind == "block" else (lambda: mlp(cfg))
+
+    def build() -> torch.nn.Module:
+        with torch.device(device):
+            return block(cfg) if kind == "block" else mlp(cfg)
+
+    return build
 
 
 def _measure(ctx: RunContext, kind: str, cfg: GPT2Config, batch: int, n: int, modes) -> dict[str, float]:
@@ -114,7 +121,7 @@ def _measure(ctx: RunContext, kind: str, cfg: GPT2Config, batch: int, n: int, mo
         torch.manual_seed(0)
         mod = _build(kind, cfg, mode, ctx.device)
         if mode not in ("dense", "half"):
-            e_out, e_dx = check_against_twin(mod, _dense_builder(kind, cfg), x, dy)
+            e_out, e_dx = check_against_twin(mod, _dense_builder(kind, cfg, ctx.device), x, dy)
             ctx.check(e_out <= TOL["out"] and e_dx <= TOL["dx"], f"{label} {mode}: out {e_out:.2e} dx {e_dx:.2e}")
             add(method=mode, metric="out_rel_err_vs_masked_dense", value=e_out, unit="")
             add(method=mode, metric="dx_rel_err_vs_masked_dense", value=e_dx, unit="")
