@@ -191,6 +191,14 @@ def test_bad_input_raises():
         cslt_pack_pair(torch.zeros(96, 64), torch.zeros(96, 64, dtype=torch.bool), dtype=torch.bfloat16)
 
 
+def test_layout_never_matches_off_cuda():
+    """There is no cuSPARSELt to match on a CPU: callers compress with torch (or fall back),
+    also with a CPU-only torch, where asking about CUDA graph capture would raise."""
+    for dt in (torch.bfloat16, torch.float16):
+        assert layout_matches(torch.device("cpu"), dt) is False
+        assert layout_matches("cpu", dt) is False
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dname", ["bf16", "fp16"])
