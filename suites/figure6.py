@@ -21,6 +21,7 @@ measured copy bandwidth. The breakdown itemizes what lies between fst and the ce
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from functools import partial
 from pathlib import Path
 
@@ -57,6 +58,7 @@ FULL = {
     "ffn_modes": ("fst", "weight24", "srste", "half"),
     "block_modes": ("fst", "half"),
     "breakdown_batch": 4,
+    "rounds": 3,  # fresh builds per module: the median and the range over them are reported
 }
 SMOKE = {
     "ffn_d": (64,),
@@ -67,6 +69,7 @@ SMOKE = {
     "ffn_modes": ("fst", "weight24", "srste", "half"),
     "block_modes": ("fst", "half"),
     "breakdown_batch": 1,
+    "rounds": 1,
 }
 SMOKE_N = 32
 TOL = {"out": 2e-2, "dx": 3e-2}  # bf16 module vs float32 masked twin
@@ -104,10 +107,17 @@ def _dense_builder(kind: str, cfg: GPT2Config, device: torch.device):
     return build
 
 
-def _measure(ctx: RunContext, kind: str, cfg: GPT2Config, batch: int, n: int, modes) -> dict[str, float]:
+def _measure(
+    ctx: RunContext, kind: str, cfg: GPT2Config, batch: int, n: int, modes, rounds: int = 1
+) -> dict[str, float]:
     """Check, then time, fwd+bwd of the dense module and each mode's; with fst, also its GEMM-level
     ceiling (the module rebuilt with ``Gemm24Only`` FFN linears: fst's 2:4 GEMMs in place, its
-    packing, MVUE and masked decay removed). Returns ms per mode."""
+    packing, MVUE and masked decay removed). Returns the median ms per mode.
+
+    ``rounds`` > 1: every round builds and times every module afresh, in the same order, and the
+    rows give the median over rounds (``fwd_bwd_time``, ``speedup_vs_dense``) and the range of the
+    per-round times and ratios (``*_min``, ``*_max``). On an H100 two builds of the same module can
+    differ by up to 8% in time (new allocations, a new graph), so a single build is one sample."""
     gen = torch.Generator(device=ctx.device).manual_seed(1)
     d, dt, label_dt = cfg.d_model, _act_dtype(ctx.device), _dtype_label(ctx.device)
     x = torch.randn(batch, n, d, device=ctx.device, dtype=dt, generator=gen).requires_grad_(True)
@@ -116,22 +126,40 @@ def _measure(ctx: RunContext, kind: str, cfg: GPT2Config, batch: int, n: int, mo
     shape = f"{kind}/d={d}/n={n}/N={batch}"
     add = partial(ctx.results.add, shape=shape, dtype=label_dt, verified=True)
     with_ceiling = "fst" in modes and ceiling_refusal(d, cfg.ffn_hidden, batch * n, ctx.device) is None
-    ms = {}
-    for mode in ("dense", *modes, *((CEILING,) if with_ceiling else ())):
-        torch.manual_seed(0)
-        mod = _build(kind, cfg, mode, ctx.device)
-        if mode not in ("dense", "half"):
-            e_out, e_dx = check_against_twin(mod, _dense_builder(kind, cfg, ctx.device), x, dy)
-            ctx.check(e_out <= TOL["out"] and e_dx <= TOL["dx"], f"{label} {mode}: out {e_out:.2e} dx {e_dx:.2e}")
-            add(method=mode, metric="out_rel_err_vs_masked_dense", value=e_out, unit="")
-            add(method=mode, metric="dx_rel_err_vs_masked_dense", value=e_dx, unit="")
-        t = ctx.time(fwd_bwd(mod, x, dy))
-        ms[mode] = t.ms
-        add(method=mode, metric="fwd_bwd_time", value=t.ms, unit="ms", timer=t.timer)
-        del mod
+    runs = ("dense", *modes, *((CEILING,) if with_ceiling else ()))
+    times: dict[str, list[float]] = {mode: [] for mode in runs}
+    timer = ""
+    for r in range(rounds):
+        for mode in runs:
+            torch.manual_seed(0)
+            mod = _build(kind, cfg, mode, ctx.device)
+            if r == 0 and mode not in ("dense", "half"):  # the same module each round: checked once
+                e_out, e_dx = check_against_twin(mod, _dense_builder(kind, cfg, ctx.device), x, dy)
+                ctx.check(e_out <= TOL["out"] and e_dx <= TOL["dx"], f"{label} {mode}: out {e_out:.2e} dx {e_dx:.2e}")
+                add(method=mode, metric="out_rel_err_vs_masked_dense", value=e_out, unit="")
+                add(method=mode, metric="dx_rel_err_vs_masked_dense", value=e_dx, unit="")
+            t = ctx.time(fwd_bwd(mod, x, dy))
+            times[mode].append(t.ms)
+            timer = t.timer
+            del mod
+    ms = {mode: statistics.median(v) for mode, v in times.items()}
+    for mode in runs:
+        add(method=mode, metric="fwd_bwd_time", value=ms[mode], unit="ms", timer=timer)
+        if rounds > 1:
+            add(method=mode, metric="fwd_bwd_time_min", value=min(times[mode]), unit="ms", timer=timer)
+            add(method=mode, metric="fwd_bwd_time_max", value=max(times[mode]), unit="ms", timer=timer)
+    per_round = {mode: [a / b for a, b in zip(times["dense"], times[mode], strict=True)] for mode in runs}
     for mode in modes:
         add(method=mode, metric="speedup_vs_dense", value=ms["dense"] / ms[mode], unit="x")
-    msg = f"{label:>28s}: dense {ms['dense']:.3f} ms; " + ", ".join(f"{m} {ms['dense'] / ms[m]:.2f}x" for m in modes)
+        if rounds > 1:
+            add(method=mode, metric="speedup_vs_dense_min", value=min(per_round[mode]), unit="x")
+            add(method=mode, metric="speedup_vs_dense_max", value=max(per_round[mode]), unit="x")
+
+    def spread(m: str) -> str:
+        return f" [{min(per_round[m]):.2f}-{max(per_round[m]):.2f}]" if rounds > 1 else ""
+
+    msg = f"{label:>28s}: dense {ms['dense']:.3f} ms; "
+    msg += ", ".join(f"{m} {ms['dense'] / ms[m]:.2f}x{spread(m)}" for m in modes)
     if with_ceiling:
         ceiling = ms["dense"] / ms[CEILING]
         add(method="fst", metric="gemm_ceiling_speedup", value=ceiling, unit="x")
@@ -139,7 +167,7 @@ def _measure(ctx: RunContext, kind: str, cfg: GPT2Config, batch: int, n: int, mo
         extra_ms = fst_min_extra_bytes(d, cfg.ffn_hidden, batch * n) / (ctx.ceilings.copy_gbps * 1e6)
         bound = ms["dense"] / (ms[CEILING] + extra_ms)
         add(method="fst", metric="fst_bound_speedup", value=bound, unit="x")
-        msg += f" (GEMM-level ceiling {ceiling:.2f}x, fst bound {bound:.2f}x)"
+        msg += f" (GEMM-level ceiling {ceiling:.2f}x{spread(CEILING)}, fst bound {bound:.2f}x)"
     ctx.log(msg)
     return ms
 
@@ -224,13 +252,13 @@ def run(ctx: RunContext) -> None:
     ffn_n = FFN_N if ctx.profile == "full" else SMOKE_N
     for d in p["ffn_d"]:
         for batch in p["ffn_batch"]:
-            _measure(ctx, "ffn", _cfg(d, ffn_n), batch, ffn_n, p["ffn_modes"])
+            _measure(ctx, "ffn", _cfg(d, ffn_n), batch, ffn_n, p["ffn_modes"], p["rounds"])
         if ctx.device.type == "cuda":
             _breakdown(ctx, d, p["breakdown_batch"], ffn_n)
     for n in p["block_n"]:
         for d in p["block_d"]:
             for batch in p["block_batch"]:
-                _measure(ctx, "block", _cfg(d, n), batch, n, p["block_modes"])
+                _measure(ctx, "block", _cfg(d, n), batch, n, p["block_modes"], p["rounds"])
 
 
 def _parse(shape: str) -> dict:
@@ -247,6 +275,8 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
     paper = load_paper(ARTIFACT, PAPER)
     pv = {r.metric: r.value for r in paper.itertuples()}
     s = df[df["metric"] == "speedup_vs_dense"]
+    lo = df[df["metric"] == "speedup_vs_dense_min"].groupby(["shape", "method"])["value"].first().to_dict()
+    hi = df[df["metric"] == "speedup_vs_dense_max"].groupby(["shape", "method"])["value"].first().to_dict()
     ceil = df[df["metric"] == "gemm_ceiling_speedup"].groupby("shape")["value"].first().to_dict()
     bound = df[df["metric"] == "fst_bound_speedup"].groupby("shape")["value"].first().to_dict()
     rows = []
@@ -254,6 +284,9 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
         info = _parse(shape)
         paper_val = pv.get("ffn_speedup_max") if info["kind"] == "ffn" else pv.get("block_speedup_typical")
         row = {**info, "method": method, "speedup": v, "paper (RTX 3090)": paper_val}
+        # the range of the per-round ratios (fresh builds), where the run had several rounds
+        row["speedup_min"] = lo.get((shape, method), float("nan"))
+        row["speedup_max"] = hi.get((shape, method), float("nan"))
         row["gemm_ceiling"] = ceil.get(shape, float("nan")) if method == "fst" else float("nan")
         row["fst_bound"] = bound.get(shape, float("nan")) if method == "fst" else float("nan")
         rows.append(row)
@@ -289,6 +322,8 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
             sub = sub[sub["n"] == n]
         for d, g in sub.groupby("d"):
             (line,) = ax.plot(g["N"], g["speedup"], marker="o", label=f"d={d}")
+            if g["speedup_min"].notna().any():  # range over the rounds' fresh builds
+                ax.fill_between(g["N"], g["speedup_min"], g["speedup_max"], color=line.get_color(), alpha=0.15, lw=0)
             if g["gemm_ceiling"].notna().any():
                 ax.plot(g["N"], g["gemm_ceiling"], ls=":", color=line.get_color(), lw=0.9)
             if g["fst_bound"].notna().any():
