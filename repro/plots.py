@@ -75,6 +75,6 @@ def save(fig: plt.Figure, stem: Path) -> list[Path]:
     fig.tight_layout()
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
     for p in paths:
-        fig.savefig(p)
+        fig.savefig(p, bbox_inches="tight")  # keeps legends placed beside the axes
     plt.close(fig)
     return paths
