@@ -16,6 +16,9 @@ MVUE and masked decay removed): the most S can reach while attention, norms, act
 work stay as they are; and the fst bound, S if fst added to that ceiling only the bytes it cannot
 avoid (``fst_min_extra_bytes``: this step's packed weights, MVUE + pack of dY and dH) moved at the
 measured copy bandwidth. The breakdown itemizes what lies between fst and the ceiling.
+
+Two builds of the same module can time differently (up to 8% on an H100), so the full profile
+builds and times every module in 3 rounds and reports medians with the per-round range.
 """
 
 from __future__ import annotations
