@@ -23,7 +23,6 @@ builds and times every module in 3 rounds and reports medians with the per-round
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from functools import partial
 from pathlib import Path
@@ -96,18 +95,7 @@ def _build(kind: str, cfg: GPT2Config, mode: str, device: torch.device) -> torch
     on ``device`` itself (a d=4096 block takes seconds to initialise on the host)."""
     cfg = mode_config(cfg, mode)
     with torch.device(device):
-        mod = block(cfg, linear_factory=factory(mode)) if kind == "block" else mlp(cfg, linear_factory=factory(mode))
-    return mod.to(device=device)
-
-
-def _dense_builder(kind: str, cfg: GPT2Config, device: torch.device):
-    cfg = dataclasses.replace(cfg, ffn_mode="dense")
-
-    def build() -> torch.nn.Module:
-        with torch.device(device):
-            return block(cfg) if kind == "block" else mlp(cfg)
-
-    return build
+        return block(cfg, linear_factory=factory(mode)) if kind == "block" else mlp(cfg, linear_factory=factory(mode))
 
 
 def _measure(
@@ -137,7 +125,7 @@ def _measure(
             torch.manual_seed(0)
             mod = _build(kind, cfg, mode, ctx.device)
             if r == 0 and mode not in ("dense", "half"):  # the same module each round: checked once
-                e_out, e_dx = check_against_twin(mod, _dense_builder(kind, cfg, ctx.device), x, dy)
+                e_out, e_dx = check_against_twin(mod, partial(_build, kind, cfg, "dense", ctx.device), x, dy)
                 ctx.check(e_out <= TOL["out"] and e_dx <= TOL["dx"], f"{label} {mode}: out {e_out:.2e} dx {e_dx:.2e}")
                 add(method=mode, metric="out_rel_err_vs_masked_dense", value=e_out, unit="")
                 add(method=mode, metric="dx_rel_err_vs_masked_dense", value=e_dx, unit="")
@@ -334,8 +322,8 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
         ax.axhline(1.0, color="grey", lw=0.8)
         paper = t.loc[t["kind"] == kind, "paper (RTX 3090)"].dropna()  # the paper's stated value (data)
         if not paper.empty:
-            what = "FFN: max, block: typical" if kind == "ffn" else "block: typical, FFN: max"
-            ax.axhline(float(paper.iloc[0]), color="black", ls="--", lw=0.8, label=f"paper, RTX 3090 ({what})")
+            label = "paper, RTX 3090 (FFN: max; block: typical)"
+            ax.axhline(float(paper.iloc[0]), color="black", ls="--", lw=0.8, label=label)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size N")
         ax.plot([], [], ls=":", color="grey", label="GEMM-level ceiling")

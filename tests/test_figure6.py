@@ -16,6 +16,11 @@ def test_min_extra_bytes_counts_weights_and_gradients():
     assert fst_min_extra_bytes(64, 256, 128) < fst_min_extra_bytes(64, 256, 256)
 
 
+def _frame(shape: str, rows: list[tuple[str, str, float]]) -> pd.DataFrame:
+    """Stored result rows of one shape: (method, metric, value) each."""
+    return pd.DataFrame([{"shape": shape, "method": m, "metric": k, "value": v} for m, k, v in rows])
+
+
 def test_compare_and_summary_carry_ceiling_and_bound():
     shape = "ffn/d=2048/n=2048/N=1"
     rows = [
@@ -24,7 +29,7 @@ def test_compare_and_summary_carry_ceiling_and_bound():
         ("fst", "gemm_ceiling_speedup", 1.31),
         ("fst", "fst_bound_speedup", 1.17),
     ]
-    df = pd.DataFrame([{"shape": shape, "method": m, "metric": k, "value": v} for m, k, v in rows])
+    df = _frame(shape, rows)
     t = figure6.compare(df)
     fst = t[t["method"] == "fst"].iloc[0]
     assert (fst["speedup"], fst["gemm_ceiling"], fst["fst_bound"]) == (0.94, 1.31, 1.17)
@@ -40,8 +45,7 @@ def test_compare_carries_the_range_over_rounds():
         ("fst", "speedup_vs_dense_max", 1.18),
         ("half", "speedup_vs_dense", 1.33),
     ]
-    df = pd.DataFrame([{"shape": shape, "method": m, "metric": k, "value": v} for m, k, v in rows])
-    t = figure6.compare(df).set_index("method")
+    t = figure6.compare(_frame(shape, rows)).set_index("method")
     assert (t.loc["fst", "speedup"], t.loc["fst", "speedup_min"], t.loc["fst", "speedup_max"]) == (1.15, 1.11, 1.18)
     assert pd.isna(t.loc["half", "speedup_min"])  # one round: no range
 
