@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib
@@ -30,16 +31,29 @@ def grouped_bars(
     ylabel: str = "",
     title: str = "",
     log: bool = False,
+    ranges: dict[str, tuple[list[float], list[float]]] | None = None,
 ) -> None:
-    """Bars per group, one bar per series; series named in ``hatched`` are drawn hatched (paper)."""
+    """Bars per group, one bar per series; series named in ``hatched`` are drawn hatched (paper);
+    a series in ``ranges`` (lows, highs) gets error bars from low to high (NaN: none)."""
     n = max(1, len(series))
     width = 0.8 / n
+    ranges = ranges or {}
     for i, (name, vals) in enumerate(series.items()):
         xs = [g + (i - (n - 1) / 2) * width for g in range(len(groups))]
+        yerr = None
+        if name in ranges and any(math.isfinite(lo) for lo in ranges[name][0]):
+            lows, highs = ranges[name]
+            yerr = [
+                [v - lo if math.isfinite(v - lo) else 0.0 for v, lo in zip(vals, lows, strict=True)],
+                [hi - v if math.isfinite(hi - v) else 0.0 for v, hi in zip(vals, highs, strict=True)],
+            ]
         ax.bar(
             xs,
             vals,
             width,
+            yerr=yerr,
+            capsize=2 if yerr is not None else 0,
+            error_kw={"lw": 0.8},
             label=name,
             color=PALETTE[i % len(PALETTE)],
             hatch="//" if name in hatched else None,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -64,6 +65,29 @@ def fwd_bwd(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> Callable[[]
         y.backward(dy)
 
     return call
+
+
+def round_summary(
+    times: Mapping[str, Sequence[float]], base: str = "dense"
+) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Times taken in rounds (one fresh build per run and round, the same order every round):
+    the median per run, and per run the ratios ``base`` / run of each round. Builds of the same
+    module differ (up to 8% on an H100), so the median is the estimate and the per-round ratios
+    give its range; the reported speedup is the ratio of the medians."""
+    if base not in times:
+        raise ValueError(f"no times for the baseline {base!r}")
+    n = len(times[base])
+    if n == 0 or any(len(v) != n for v in times.values()):
+        counts = {k: len(v) for k, v in times.items()}
+        raise ValueError(f"every run needs the same number (>= 1) of rounds, got {counts}")
+    ms = {k: statistics.median(v) for k, v in times.items()}
+    ratios = {k: [a / b for a, b in zip(times[base], v, strict=True)] for k, v in times.items()}
+    return ms, ratios
+
+
+def range_label(ratios: Sequence[float]) -> str:
+    """`` [lo-hi]`` of per-round ratios for a log line; empty for a single round."""
+    return f" [{min(ratios):.2f}-{max(ratios):.2f}]" if len(ratios) > 1 else ""
 
 
 def sparse_layers(module: nn.Module) -> list[nn.Module]:

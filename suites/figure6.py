@@ -23,7 +23,6 @@ builds and times every module in 3 rounds and reports medians with the per-round
 
 from __future__ import annotations
 
-import statistics
 from functools import partial
 from pathlib import Path
 
@@ -43,6 +42,8 @@ from suites._training_bench import (
     fst_min_extra_bytes,
     fwd_bwd,
     mode_config,
+    range_label,
+    round_summary,
 )
 
 NAME = "figure6"
@@ -133,24 +134,20 @@ def _measure(
             times[mode].append(t.ms)
             timer = t.timer
             del mod
-    ms = {mode: statistics.median(v) for mode, v in times.items()}
+    ms, per_round = round_summary(times)
     for mode in runs:
         add(method=mode, metric="fwd_bwd_time", value=ms[mode], unit="ms", timer=timer)
         if rounds > 1:
             add(method=mode, metric="fwd_bwd_time_min", value=min(times[mode]), unit="ms", timer=timer)
             add(method=mode, metric="fwd_bwd_time_max", value=max(times[mode]), unit="ms", timer=timer)
-    per_round = {mode: [a / b for a, b in zip(times["dense"], times[mode], strict=True)] for mode in runs}
     for mode in modes:
         add(method=mode, metric="speedup_vs_dense", value=ms["dense"] / ms[mode], unit="x")
         if rounds > 1:
             add(method=mode, metric="speedup_vs_dense_min", value=min(per_round[mode]), unit="x")
             add(method=mode, metric="speedup_vs_dense_max", value=max(per_round[mode]), unit="x")
 
-    def spread(m: str) -> str:
-        return f" [{min(per_round[m]):.2f}-{max(per_round[m]):.2f}]" if rounds > 1 else ""
-
     msg = f"{label:>28s}: dense {ms['dense']:.3f} ms; "
-    msg += ", ".join(f"{m} {ms['dense'] / ms[m]:.2f}x{spread(m)}" for m in modes)
+    msg += ", ".join(f"{m} {ms['dense'] / ms[m]:.2f}x{range_label(per_round[m])}" for m in modes)
     if with_ceiling:
         ceiling = ms["dense"] / ms[CEILING]
         add(method="fst", metric="gemm_ceiling_speedup", value=ceiling, unit="x")
@@ -158,7 +155,7 @@ def _measure(
         extra_ms = fst_min_extra_bytes(d, cfg.ffn_hidden, batch * n) / (ctx.ceilings.copy_gbps * 1e6)
         bound = ms["dense"] / (ms[CEILING] + extra_ms)
         add(method="fst", metric="fst_bound_speedup", value=bound, unit="x")
-        msg += f" (GEMM-level ceiling {ceiling:.2f}x{spread(CEILING)}, fst bound {bound:.2f}x)"
+        msg += f" (GEMM-level ceiling {ceiling:.2f}x{range_label(per_round[CEILING])}, fst bound {bound:.2f}x)"
     ctx.log(msg)
     return ms
 

@@ -11,11 +11,14 @@ loss is checked against a float32 dense twin with the same masks. Beside the spe
 GEMM-level ceiling, the step of the model whose FFN linears are ``Gemm24Only`` (fst's 2:4 GEMMs in
 place; packing, MVUE, masked decay and mask refreshes removed; attention, LM head, norms and
 optimizer unchanged): the most fst can reach here.
+
+Two builds of the same model can time differently, so the full profile builds and times every
+mode in 3 rounds and reports medians (speedup = ratio of the medians) with the per-round range.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import statistics
 from functools import partial
 from pathlib import Path
 
@@ -33,7 +36,9 @@ from suites._training_bench import (
     factory,
     masked_dense_twin,
     mode_config,
+    range_label,
     rel_err,
+    round_summary,
     sparse_layers,
 )
 
@@ -48,6 +53,7 @@ FULL = {"gpt2-124m": (16, 32), "gpt2-350m": (16,), "gpt2-774m": (5, 8)}
 SMOKE_CFG = GPT2Config(d_model=64, n_layer=2, n_head=4, vocab_size=256, seq_len=32)
 SMOKE = {"smoke-tiny": (2,)}
 MODES = ("fst", "weight24", "srste", "half")
+ROUNDS = {"full": 3, "smoke": 1}  # fresh builds per model and mode: medians and ranges are reported
 SEQ = 1024
 LOSS_TOL = 2e-2
 
@@ -79,14 +85,16 @@ class _Step:
 
 
 def _model(cfg: GPT2Config, mode: str, device: torch.device) -> torch.nn.Module:
+    """The model of ``mode``, initialised on ``device`` itself (a 774M model takes seconds on the host)."""
     torch.manual_seed(0)
-    return build_gpt2(mode_config(cfg, mode), linear_factory=factory(mode)).to(device)
+    with torch.device(device):
+        return build_gpt2(mode_config(cfg, mode), linear_factory=factory(mode))
 
 
 @torch.no_grad()
 def _check_loss(ctx: RunContext, model: torch.nn.Module, cfg: GPT2Config, tokens, targets, label: str) -> float:
     """Loss of the sparse model vs a float32 dense twin whose FFN weights carry the same masks."""
-    twin = masked_dense_twin(model, lambda: build_gpt2(dataclasses.replace(cfg, ffn_mode="dense")))
+    twin = masked_dense_twin(model, partial(_model, cfg, "dense", tokens.device))
     with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=tokens.is_cuda):
         got = F.cross_entropy(model(tokens).float().flatten(0, 1), targets.flatten())
     ref = F.cross_entropy(twin(tokens).float().flatten(0, 1), targets.flatten())
@@ -104,67 +112,110 @@ def _refresh_time(ctx: RunContext, model: torch.nn.Module) -> float:
     return t.ms
 
 
-def run(ctx: RunContext) -> None:
+def _time_mode(
+    ctx: RunContext,
+    cfg: GPT2Config,
+    mode: str,
+    tokens: torch.Tensor,
+    targets: torch.Tensor,
+    shape: str,
+    check: bool,
+) -> tuple[float, float, int, str] | None:
+    """Build ``mode``'s model, check its loss (``check``), time its captured step and its mask
+    refresh: (step ms, refresh ms, refresh interval, timer); None if it does not fit in memory."""
     cuda = ctx.device.type == "cuda"
+    model = step = None
+    try:
+        model = _model(cfg, mode, ctx.device)
+        step = _Step(model, tokens, targets, cuda)
+        step.loss()  # first forward: masks and cuSPARSELt algorithms
+        if check and mode in ("fst", "weight24", "srste", CEILING):
+            err = _check_loss(ctx, model, cfg, tokens, targets, shape)
+            ctx.results.add(mode, shape, "bf16", "loss_rel_err_vs_masked_dense", err, "", verified=True)
+        t = ctx.time(step)
+        refresh = _refresh_time(ctx, model) if mode in ("fst", "weight24") else 0.0
+        interval = next((m.mask_interval for m in sparse_layers(model)), 1)
+        return t.ms, refresh, interval, t.timer
+    except torch.cuda.OutOfMemoryError:
+        ctx.log(f"{shape} {mode}: out of GPU memory, skipped")
+        return None
+    finally:
+        model = step = None
+        if cuda:
+            torch.cuda.empty_cache()
+
+
+def run(ctx: RunContext) -> None:
     plan = FULL if ctx.profile == "full" else SMOKE
+    rounds = ROUNDS[ctx.profile]
     for name, batches in plan.items():
         cfg = _config(name, ctx.profile)
         seq = SEQ if ctx.profile == "full" else cfg.seq_len
         for batch in batches:
-            label = f"{name} N={batch}"
-            gen = torch.Generator(device=ctx.device).manual_seed(3)
-            tokens = torch.randint(0, cfg.vocab_size, (batch, seq), device=ctx.device, generator=gen)
-            targets = torch.randint(0, cfg.vocab_size, (batch, seq), device=ctx.device, generator=gen)
-            ms: dict[str, float] = {}
-            ceil = () if ceiling_refusal(cfg.d_model, cfg.ffn_hidden, batch * seq, ctx.device) else (CEILING,)
-            for mode in ("dense", *MODES, *ceil):
-                model = step = None
-                try:
-                    model = _model(cfg, mode, ctx.device)
-                    step = _Step(model, tokens, targets, cuda)
-                    step.loss()  # first forward: masks and cuSPARSELt algorithms
-                    shape = f"{name}/N={batch}/seq={seq}"
-                    add = partial(ctx.results.add, mode, shape, "bf16", verified=True)
-                    if mode in ("fst", "weight24", "srste", CEILING):
-                        add("loss_rel_err_vs_masked_dense", _check_loss(ctx, model, cfg, tokens, targets, label), "")
-                    t = ctx.time(step)
-                    refresh = _refresh_time(ctx, model) if mode in ("fst", "weight24") else 0.0
-                    interval = next((m.mask_interval for m in sparse_layers(model)), 1)
-                    amortized = t.ms + refresh / interval
-                    add("step_time", t.ms, "ms", timer=t.timer)
-                    add("mask_refresh_time", refresh, "ms")
-                    add("step_time_amortized", amortized, "ms", timer=t.timer)
-                    add("tokens_per_s", batch * seq / (amortized * 1e-3), "tokens/s", timer=t.timer)
-                    ms[mode] = amortized
-                except torch.cuda.OutOfMemoryError:
-                    ctx.log(f"{label} {mode}: out of GPU memory, skipped")
-                finally:
-                    model = step = None
-                    if cuda:
-                        torch.cuda.empty_cache()
-            if "dense" not in ms:
+            _measure(ctx, name, cfg, batch, seq, rounds)
+
+
+def _measure(ctx: RunContext, name: str, cfg: GPT2Config, batch: int, seq: int, rounds: int) -> None:
+    """Every mode built, checked (first round) and timed in each of ``rounds`` rounds; rows of the
+    medians, the speedups as ratios of medians and, with rounds > 1, the per-round ranges."""
+    label = f"{name} N={batch}"
+    gen = torch.Generator(device=ctx.device).manual_seed(3)
+    tokens = torch.randint(0, cfg.vocab_size, (batch, seq), device=ctx.device, generator=gen)
+    targets = torch.randint(0, cfg.vocab_size, (batch, seq), device=ctx.device, generator=gen)
+    shape = f"{name}/N={batch}/seq={seq}"
+    ceil = () if ceiling_refusal(cfg.d_model, cfg.ffn_hidden, batch * seq, ctx.device) else (CEILING,)
+    runs = ["dense", *MODES, *ceil]
+    step: dict[str, list[float]] = {m: [] for m in runs}
+    refresh: dict[str, list[float]] = {m: [] for m in runs}
+    amortized: dict[str, list[float]] = {m: [] for m in runs}
+    timer = ""
+    for r in range(rounds):
+        for mode in list(runs):
+            got = _time_mode(ctx, cfg, mode, tokens, targets, shape, check=r == 0)
+            if got is None:  # out of memory: the mode is left out of this shape
+                runs.remove(mode)
                 continue
-            for mode in MODES:
-                if mode in ms:
-                    ctx.results.add(
-                        mode,
-                        f"{name}/N={batch}/seq={seq}",
-                        "bf16",
-                        "speedup_vs_dense",
-                        ms["dense"] / ms[mode],
-                        "x",
-                        verified=True,
-                    )
-            msg = f"{label:>18s}: dense {ms['dense']:.1f} ms/step; " + ", ".join(
-                f"{m} {ms['dense'] / ms[m]:.3f}x" for m in MODES if m in ms
-            )
-            if CEILING in ms:
-                ceiling = ms["dense"] / ms[CEILING]
-                ctx.results.add(
-                    "fst", f"{name}/N={batch}/seq={seq}", "bf16", "gemm_ceiling_speedup", ceiling, "x", verified=True
-                )
-                msg += f" (GEMM-level ceiling {ceiling:.3f}x)"
-            ctx.log(msg)
+            t_step, t_refresh, interval, timer = got
+            step[mode].append(t_step)
+            refresh[mode].append(t_refresh)
+            amortized[mode].append(t_step + t_refresh / interval)
+        if "dense" not in runs:
+            return
+    ms, per_round = round_summary({m: amortized[m] for m in runs})
+    add = partial(ctx.results.add, shape=shape, dtype="bf16", verified=True)
+    for mode in runs:
+        med_step = statistics.median(step[mode])
+        add(mode, metric="step_time", value=med_step, unit="ms", timer=timer)
+        add(mode, metric="mask_refresh_time", value=statistics.median(refresh[mode]), unit="ms")
+        add(mode, metric="step_time_amortized", value=ms[mode], unit="ms", timer=timer)
+        if rounds > 1:
+            add(mode, metric="step_time_amortized_min", value=min(amortized[mode]), unit="ms", timer=timer)
+            add(mode, metric="step_time_amortized_max", value=max(amortized[mode]), unit="ms", timer=timer)
+        add(mode, metric="tokens_per_s", value=batch * seq / (ms[mode] * 1e-3), unit="tokens/s", timer=timer)
+    for mode in (m for m in MODES if m in runs):
+        add(mode, metric="speedup_vs_dense", value=ms["dense"] / ms[mode], unit="x")
+        if rounds > 1:
+            add(mode, metric="speedup_vs_dense_min", value=min(per_round[mode]), unit="x")
+            add(mode, metric="speedup_vs_dense_max", value=max(per_round[mode]), unit="x")
+    msg = f"{label:>18s}: dense {ms['dense']:.1f} ms/step; " + ", ".join(
+        f"{m} {ms['dense'] / ms[m]:.3f}x{range_label(per_round[m])}" for m in MODES if m in runs
+    )
+    if CEILING in runs:
+        add("fst", metric="gemm_ceiling_speedup", value=ms["dense"] / ms[CEILING], unit="x")
+        if rounds > 1:
+            add("fst", metric="gemm_ceiling_speedup_min", value=min(per_round[CEILING]), unit="x")
+            add("fst", metric="gemm_ceiling_speedup_max", value=max(per_round[CEILING]), unit="x")
+        msg += f" (GEMM-level ceiling {ms['dense'] / ms[CEILING]:.3f}x{range_label(per_round[CEILING])})"
+    ctx.log(msg)
+
+
+_RANGE_COLUMNS = {
+    "speedup_vs_dense_min": "fst_speedup_min",
+    "speedup_vs_dense_max": "fst_speedup_max",
+    "gemm_ceiling_speedup": "fst_gemm_ceiling",
+    "gemm_ceiling_speedup_min": "fst_gemm_ceiling_min",
+    "gemm_ceiling_speedup_max": "fst_gemm_ceiling_max",
+}
 
 
 def compare(df: pd.DataFrame) -> pd.DataFrame:
@@ -180,9 +231,11 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
         row = {"model": model, "batch": batch, "dense_ms": dense_ms.get(shape)}
         for r in g.itertuples():
             row[f"{r.method}_speedup"] = r.value
-        c = df[(df["shape"] == shape) & (df["metric"] == "gemm_ceiling_speedup")]["value"]
-        if not c.empty:
-            row["fst_gemm_ceiling"] = float(c.iloc[0])
+        at = df[df["shape"] == shape]
+        for metric, col in _RANGE_COLUMNS.items():  # a range only where the run had rounds
+            v = at[(at["metric"] == metric) & (at["method"] == "fst")]["value"]
+            if not v.empty:
+                row[col] = float(v.iloc[0])
         if pp.get((model, "batch_size")) == batch:
             row["paper_fst_speedup (RTX 3090)"] = pp.get((model, "speedup"))
         rows.append(row)
@@ -208,10 +261,19 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
     series = {m: list(t.get(f"{m}_speedup", pd.Series([float("nan")] * len(t)))) for m in MODES}
     series["fst GEMM-level ceiling"] = list(t.get("fst_gemm_ceiling", pd.Series([float("nan")] * len(t))))
     series["paper fst (RTX 3090)"] = list(t.get("paper_fst_speedup (RTX 3090)", pd.Series([float("nan")] * len(t))))
+
+    def col(name: str) -> list[float]:
+        return list(t.get(name, pd.Series([float("nan")] * len(t))))
+
+    ranges = {  # per-round range of the fresh builds (full profile)
+        "fst": (col("fst_speedup_min"), col("fst_speedup_max")),
+        "fst GEMM-level ceiling": (col("fst_gemm_ceiling_min"), col("fst_gemm_ceiling_max")),
+    }
     grouped_bars(
         ax,
         labels,
         series,
+        ranges=ranges,
         hatched={"paper fst (RTX 3090)", "fst GEMM-level ceiling"},
         ylabel="training-step speedup vs dense (x)",
         title="GPT-2 pre-training step, CUDA-graph replay",

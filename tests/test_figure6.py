@@ -8,6 +8,7 @@ import pytest
 
 from suites import figure6
 from suites._training_bench import fst_min_extra_bytes
+from tests.helpers import ScriptedCtx
 
 
 def test_min_extra_bytes_counts_weights_and_gradients():
@@ -50,46 +51,20 @@ def test_compare_carries_the_range_over_rounds():
     assert pd.isna(t.loc["half", "speedup_min"])  # one round: no range
 
 
-class _Ctx:
-    """Just enough of RunContext for figure6._measure on the CPU, with a scripted timer."""
-
-    def __init__(self, times: list[float]) -> None:
-        import torch
-
-        from repro.results import ResultSet
-        from repro.timing import Timing
-
-        self.device = torch.device("cpu")
-        self.rows: list[dict] = []
-        self._times, self._timing = list(times), Timing
-        self.results = ResultSet.__new__(ResultSet)
-        self.results.add = lambda **kw: self.rows.append(kw)  # type: ignore[method-assign]
-
-    def time(self, fn, graph: bool = True):  # noqa: ANN001, ANN201
-        fn()
-        return self._timing(ms=self._times.pop(0), timer="scripted", reps=1)
-
-    def check(self, ok: bool, what: str) -> None:
-        assert ok, what
-
-    def log(self, msg: str) -> None:
-        self.msg = msg
-
-
 def test_measure_rounds_report_median_and_range():
     """Three rounds of (dense, half): the rows give the median time, the ratio of the medians and
     the range of the per-round ratios; every module is rebuilt and timed in every round."""
     times = [2.0, 1.0, 3.0, 1.0, 2.4, 1.6]  # round by round: dense, half
-    ctx = _Ctx(times)
+    ctx = ScriptedCtx(times)
     cfg = figure6._cfg(64, figure6.SMOKE_N)
     ms = figure6._measure(ctx, "ffn", cfg, 1, figure6.SMOKE_N, ("half",), rounds=3)
     assert ms == {"dense": 2.4, "half": 1.0}
-    got = {(r["method"], r["metric"]): r["value"] for r in ctx.rows}
+    got = ctx.values()
     assert got["dense", "fwd_bwd_time"] == 2.4 and got["dense", "fwd_bwd_time_min"] == 2.0
     assert got["dense", "fwd_bwd_time_max"] == 3.0
     assert got["half", "speedup_vs_dense"] == 2.4
     assert got["half", "speedup_vs_dense_min"] == pytest.approx(1.5) and got["half", "speedup_vs_dense_max"] == 3.0
     assert "[1.50-3.00]" in ctx.msg
-    one = _Ctx([2.0, 1.0])
+    one = ScriptedCtx([2.0, 1.0])
     figure6._measure(one, "ffn", cfg, 1, figure6.SMOKE_N, ("half",), rounds=1)
     assert not any(r["metric"].endswith(("_min", "_max")) for r in one.rows)
