@@ -259,7 +259,12 @@ def _parse(shape: str) -> dict:
 
 
 def compare(df: pd.DataFrame) -> pd.DataFrame:
-    """Speedup vs dense per module, d, n and batch, beside the paper's stated values (text of Sec. 6.2)."""
+    """Speedup vs dense per module, d, n and batch, beside the paper's stated values (text of Sec. 6.2).
+
+    fst rows also carry the GEMM-level ceiling and the fst bound; fst block rows also the FFN's
+    share of the dense block time (``ffn_share``: the dense FFN of the same d and token count over
+    the dense block) and the block speedup Amdahl's law allows from the FFN's own fst speedup
+    (``block_bound_from_ffn`` = 1 / (1 - share + share / S_ffn)): why a block gains less than its FFN."""
     paper = load_paper(ARTIFACT, PAPER)
     pv = {r.metric: r.value for r in paper.itertuples()}
     s = df[df["metric"] == "speedup_vs_dense"]
@@ -267,6 +272,8 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
     hi = df[df["metric"] == "speedup_vs_dense_max"].groupby(["shape", "method"])["value"].first().to_dict()
     ceil = df[df["metric"] == "gemm_ceiling_speedup"].groupby("shape")["value"].first().to_dict()
     bound = df[df["metric"] == "fst_bound_speedup"].groupby("shape")["value"].first().to_dict()
+    ffn = _ffn_by_tokens(df)
+    dense_ms = df[(df["metric"] == "fwd_bwd_time") & (df["method"] == "dense")].groupby("shape")["value"].first()
     rows = []
     for (shape, method), v in s.groupby(["shape", "method"])["value"].first().items():
         info = _parse(shape)
@@ -277,11 +284,32 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
         row["speedup_max"] = hi.get((shape, method), float("nan"))
         row["gemm_ceiling"] = ceil.get(shape, float("nan")) if method == "fst" else float("nan")
         row["fst_bound"] = bound.get(shape, float("nan")) if method == "fst" else float("nan")
+        # a block's FFN share of the dense time, and the block S that the FFN's own fst S allows
+        share = amdahl = float("nan")
+        got = ffn.get((info["d"], info["n"] * info["N"])) if info["kind"] == "block" and method == "fst" else None
+        if got is not None and shape in dense_ms.index:
+            share = got[0] / float(dense_ms[shape])
+            amdahl = 1.0 / (1.0 - share + share / got[1])
+        row["ffn_share"], row["block_bound_from_ffn"] = share, amdahl
         rows.append(row)
     if not rows:
         return pd.DataFrame()
     t = pd.DataFrame(rows)
     return t.sort_values(["kind", "method", "n", "d", "N"]).reset_index(drop=True)
+
+
+def _ffn_by_tokens(df: pd.DataFrame) -> dict[tuple[int, int], tuple[float, float]]:
+    """(d, tokens) -> (dense FFN ms, fst FFN speedup) of the FFN rows: a block of the same d and
+    token count (N * n) runs the same FFN GEMMs."""
+    out = {}
+    ffn = df[df["shape"].str.startswith("ffn/")]
+    dense = ffn[(ffn["metric"] == "fwd_bwd_time") & (ffn["method"] == "dense")].groupby("shape")["value"].first()
+    fst = ffn[(ffn["metric"] == "speedup_vs_dense") & (ffn["method"] == "fst")].groupby("shape")["value"].first()
+    for shape, ms in dense.items():
+        if shape in fst.index:
+            info = _parse(shape)
+            out[(info["d"], info["n"] * info["N"])] = (float(ms), float(fst[shape]))
+    return out
 
 
 def summary(df: pd.DataFrame) -> str:

@@ -68,3 +68,22 @@ def test_measure_rounds_report_median_and_range():
     one = ScriptedCtx([2.0, 1.0])
     figure6._measure(one, "ffn", cfg, 1, figure6.SMOKE_N, ("half",), rounds=1)
     assert not any(r["metric"].endswith(("_min", "_max")) for r in one.rows)
+
+
+def test_compare_gives_a_blocks_ffn_share_and_the_bound_it_implies():
+    """A block of d=2048, n=1024, N=4 runs the FFN of ffn/d=2048/n=2048/N=2 (4096 tokens each)."""
+    ffn = _frame(
+        "ffn/d=2048/n=2048/N=2",
+        [("dense", "fwd_bwd_time", 1.5), ("fst", "speedup_vs_dense", 1.25)],
+    )
+    blk = _frame(
+        "block/d=2048/n=1024/N=4",
+        [("dense", "fwd_bwd_time", 3.0), ("fst", "speedup_vs_dense", 1.10), ("half", "speedup_vs_dense", 1.3)],
+    )
+    lone = _frame("block/d=1024/n=1024/N=4", [("dense", "fwd_bwd_time", 2.0), ("fst", "speedup_vs_dense", 1.0)])
+    t = figure6.compare(pd.concat([ffn, blk, lone], ignore_index=True))
+    row = t[(t["kind"] == "block") & (t["method"] == "fst") & (t["d"] == 2048)].iloc[0]
+    assert row["ffn_share"] == pytest.approx(0.5)
+    assert row["block_bound_from_ffn"] == pytest.approx(1.0 / (0.5 + 0.5 / 1.25))
+    assert t[t["method"] == "half"]["ffn_share"].isna().all()  # fst rows only
+    assert t[(t["d"] == 1024)]["ffn_share"].isna().all()  # no FFN of that d and token count
