@@ -36,17 +36,40 @@ _CAPTURE_BROKEN = False
 
 
 def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
-    """Record ``fn`` (already warmed up) into a CUDA graph; raises if it syncs with the host."""
+    """Record ``fn`` (already warmed up) into a CUDA graph; raises if it syncs with the host.
+
+    The allocator's unused cached blocks are released first: the graph allocates from a private
+    pool that cannot reuse them, so a step that fits eagerly would otherwise need twice its memory."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    try:
+        with torch.cuda.graph(graph):
+            fn()
+    except RuntimeError as e:
+        oom = out_of_memory_cause(e)
+        if oom is not None and oom is not e:  # ending the broken capture raised on top of it
+            raise oom from None
+        raise
     torch.cuda.synchronize()
     return graph
+
+
+def out_of_memory_cause(e: BaseException) -> torch.cuda.OutOfMemoryError | None:
+    """The out-of-memory error behind ``e`` (``e`` itself, or what it was raised while handling)."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, torch.cuda.OutOfMemoryError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def l2_flusher(flush: str) -> Callable[[], object]:
@@ -115,6 +138,12 @@ def time_gpu(
     if graph and not _CAPTURE_BROKEN:
         try:
             g = capture_graph(fn)
+        except torch.cuda.OutOfMemoryError:
+            # not a capture problem: the caller decides (e.g. leaves the shape out); the process
+            # can still capture once the failed graph's pool is gone
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            raise
         except RuntimeError as e:  # the call syncs with the host or copies from it
             # a failed capture can leave the process unable to capture again (and its pool
             # allocated): time everything after it directly, and say so

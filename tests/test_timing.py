@@ -1,0 +1,46 @@
+"""repro.timing: running out of memory while capturing is reported as such and does not switch the
+process to un-graphed timing (CUDA calls stubbed: the logic runs on the CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from repro import timing
+
+
+def test_out_of_memory_cause_walks_the_context_chain():
+    oom = torch.cuda.OutOfMemoryError("CUDA out of memory")
+    wrapped = RuntimeError("capture_end: operation not permitted")
+    wrapped.__context__ = oom  # what a with-block's __exit__ raising during an OOM leaves behind
+    assert timing.out_of_memory_cause(wrapped) is oom
+    assert timing.out_of_memory_cause(oom) is oom
+    assert timing.out_of_memory_cause(RuntimeError("cudaErrorStreamCaptureUnsupported")) is None
+
+
+@pytest.fixture
+def no_cuda_calls(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(timing, "_CAPTURE_BROKEN", False)
+
+
+def test_time_gpu_reraises_out_of_memory_and_keeps_capturing(monkeypatch, no_cuda_calls):
+    def capture(fn):  # noqa: ANN001, ANN202
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(timing, "capture_graph", capture)
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        timing.time_gpu(lambda: None)
+    assert timing._CAPTURE_BROKEN is False  # later calls still get captured
+
+
+def test_time_gpu_falls_back_to_direct_timing_when_capture_is_refused(monkeypatch, no_cuda_calls):
+    def capture(fn):  # noqa: ANN001, ANN202
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(timing, "capture_graph", capture)
+    monkeypatch.setattr(timing, "bench_events", lambda fn, *a, **k: 1.25)
+    t = timing.time_gpu(lambda: None)
+    assert (t.ms, t.timer) == (1.25, "cuda-events-readflush")
+    assert timing._CAPTURE_BROKEN is True
