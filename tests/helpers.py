@@ -3,6 +3,7 @@ with a scripted timer for the suites' measurement loops."""
 
 from __future__ import annotations
 
+import pandas as pd
 import torch
 
 
@@ -64,3 +65,8 @@ class ScriptedCtx:
     def values(self) -> dict[tuple[str, str], float]:
         """(method, metric) -> value of the rows added so far."""
         return {(r["method"], r["metric"]): r["value"] for r in self.rows}
+
+
+def result_frame(shape: str, rows: list[tuple[str, str, float]]) -> pd.DataFrame:
+    """Stored result rows of one shape, as a suite's compare() reads them: (method, metric, value) each."""
+    return pd.DataFrame([{"shape": shape, "method": m, "metric": k, "value": v} for m, k, v in rows])

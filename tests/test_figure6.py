@@ -8,18 +8,13 @@ import pytest
 
 from suites import figure6
 from suites._training_bench import fst_min_extra_bytes
-from tests.helpers import ScriptedCtx
+from tests.helpers import ScriptedCtx, result_frame
 
 
 def test_min_extra_bytes_counts_weights_and_gradients():
     # d=2048, f=8192, T=2048: 6 B x 2 weights of d*f, 3 B x T*d (dY), 1 B x T*f (dH: read fused away)
     assert fst_min_extra_bytes(2048, 8192, 2048) == 6 * 2 * 2048 * 8192 + 3 * 2048 * 2048 + 2048 * 8192
     assert fst_min_extra_bytes(64, 256, 128) < fst_min_extra_bytes(64, 256, 256)
-
-
-def _frame(shape: str, rows: list[tuple[str, str, float]]) -> pd.DataFrame:
-    """Stored result rows of one shape: (method, metric, value) each."""
-    return pd.DataFrame([{"shape": shape, "method": m, "metric": k, "value": v} for m, k, v in rows])
 
 
 def test_compare_and_summary_carry_ceiling_and_bound():
@@ -30,7 +25,7 @@ def test_compare_and_summary_carry_ceiling_and_bound():
         ("fst", "gemm_ceiling_speedup", 1.31),
         ("fst", "fst_bound_speedup", 1.17),
     ]
-    df = _frame(shape, rows)
+    df = result_frame(shape, rows)
     t = figure6.compare(df)
     fst = t[t["method"] == "fst"].iloc[0]
     assert (fst["speedup"], fst["gemm_ceiling"], fst["fst_bound"]) == (0.94, 1.31, 1.17)
@@ -46,7 +41,7 @@ def test_compare_carries_the_range_over_rounds():
         ("fst", "speedup_vs_dense_max", 1.18),
         ("half", "speedup_vs_dense", 1.33),
     ]
-    t = figure6.compare(_frame(shape, rows)).set_index("method")
+    t = figure6.compare(result_frame(shape, rows)).set_index("method")
     assert (t.loc["fst", "speedup"], t.loc["fst", "speedup_min"], t.loc["fst", "speedup_max"]) == (1.15, 1.11, 1.18)
     assert pd.isna(t.loc["half", "speedup_min"])  # one round: no range
 
@@ -72,15 +67,15 @@ def test_measure_rounds_report_median_and_range():
 
 def test_compare_gives_a_blocks_ffn_share_and_the_bound_it_implies():
     """A block of d=2048, n=1024, N=4 runs the FFN of ffn/d=2048/n=2048/N=2 (4096 tokens each)."""
-    ffn = _frame(
+    ffn = result_frame(
         "ffn/d=2048/n=2048/N=2",
         [("dense", "fwd_bwd_time", 1.5), ("fst", "speedup_vs_dense", 1.25)],
     )
-    blk = _frame(
+    blk = result_frame(
         "block/d=2048/n=1024/N=4",
         [("dense", "fwd_bwd_time", 3.0), ("fst", "speedup_vs_dense", 1.10), ("half", "speedup_vs_dense", 1.3)],
     )
-    lone = _frame("block/d=1024/n=1024/N=4", [("dense", "fwd_bwd_time", 2.0), ("fst", "speedup_vs_dense", 1.0)])
+    lone = result_frame("block/d=1024/n=1024/N=4", [("dense", "fwd_bwd_time", 2.0), ("fst", "speedup_vs_dense", 1.0)])
     t = figure6.compare(pd.concat([ffn, blk, lone], ignore_index=True))
     row = t[(t["kind"] == "block") & (t["method"] == "fst") & (t["d"] == 2048)].iloc[0]
     assert row["ffn_share"] == pytest.approx(0.5)

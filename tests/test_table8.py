@@ -3,12 +3,11 @@ scripted times, and the compare table built from stored rows."""
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
 from suites import table8
 from suites._training_bench import round_summary
-from tests.helpers import ScriptedCtx
+from tests.helpers import ScriptedCtx, result_frame
 
 # (step ms, refresh ms) per round and mode; fst and weight24 refresh their masks every 40 steps
 _ROUNDS = [
@@ -81,8 +80,7 @@ def test_compare_carries_ranges_and_paper():
         ("fst", "gemm_ceiling_speedup", 1.08),
         ("half", "speedup_vs_dense", 1.25),
     ]
-    df = pd.DataFrame([{"shape": shape, "method": m, "metric": k, "value": v} for m, k, v in rows])
-    r = table8.compare(df).iloc[0]
+    r = table8.compare(result_frame(shape, rows)).iloc[0]
     assert (r["fst_speedup"], r["fst_speedup_min"], r["fst_speedup_max"]) == (1.05, 1.03, 1.06)
     assert (r["fst_gemm_ceiling"], r["dense_ms"], r["half_speedup"]) == (1.08, 93.0, 1.25)
     assert r["paper_fst_speedup (RTX 3090)"] == 1.2  # Table 8: 774M at batch 5
