@@ -11,6 +11,8 @@
 * ``_mvue_pack_kernel``: the per-backward MVUE + pack of the weight-gradient operand.
 * ``_act_bwd_mvue_pack_kernel``: an activation backward whose result is that operand (dH of the
   fst FFN), computed, stored and MVUE-packed in one pass.
+* ``_gated_bwd_mvue_pack_kernel``: the same for a gated activation (GEGLU / SwiGLU on a fused
+  gate-and-up output dZ = [dgate, dup]): both halves of a row block in one program.
 
 The two kept values of a group are stored as one 32-bit word (they are adjacent in the output)."""
 
@@ -539,3 +541,74 @@ def act_bwd_mvue_pack_t_into(
     a = dh.t()
     grid, vals32, meta, kw = _mvue_launch(a, out, ACT_MVUE_TILE_ROW_MAJOR, ACT_MVUE_TILE_COL_MAJOR)
     _act_bwd_mvue_pack_kernel[grid](h, g, dh, vals32, meta, seed, *a.shape, a.stride(0), a.stride(1), ACT=act, **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# gated activation backward fused with the MVUE pack of its result (GEGLU / SwiGLU fst FFN's dZ)
+# --------------------------------------------------------------------------------------------
+
+# tiles of the gated backward + pack, as above (two 64-row tiles per program: gate and up)
+GATED_MVUE_TILE_ROW_MAJOR = (64, 4)
+GATED_MVUE_TILE_COL_MAJOR = (64, 4)
+
+
+@triton.jit
+def _gated_bwd_mvue_pack_kernel(
+    z_ptr,
+    g_ptr,
+    dz_ptr,
+    out32_ptr,
+    meta_ptr,
+    seed_ptr,
+    r_tiles,
+    k,
+    up_off,
+    stride_zr,
+    stride_zc,
+    stride_gr,
+    stride_gc,
+    BK: tl.constexpr,
+    ROW_MAJOR: tl.constexpr,
+    ACT: tl.constexpr,
+    BF16: tl.constexpr,
+):
+    """dZ = [dout * up * act'(gate), dout * act(gate)] for Z = [gate, up] (A = dZ^T is [2r, k]
+    through Z's strides, G = dout^T is [r, k] through its own; Z, dZ and G share an orientation),
+    stored in Z's layout, and packed MVUE(dZ^T) 2:4 along k, in one pass: program (rt, c) reads
+    the gate rows rt*64.. and the up rows r + rt*64.. of one column block and packs both tiles
+    (rows of the whole operand, so the pack equals ``_mvue_pack_kernel`` run on the stored dZ).
+    ``up_off``: the offset from a gate element to its up element (r rows of A)."""
+    rt, c0, offs, _ = _tile_offsets(2 * r_tiles * 64, stride_zr, stride_zc, BK, ROW_MAJOR, True)
+    _, _, goffs, _ = _tile_offsets(r_tiles * 64, stride_gr, stride_gc, BK, ROW_MAJOR, True)
+    gate = tl.load(z_ptr + offs).to(tl.float32)
+    u = tl.load(z_ptr + offs + up_off).to(tl.float32)
+    d = tl.load(g_ptr + goffs).to(tl.float32)
+    a, da = _act_and_grad(gate, ACT)
+    dgate = (d * u * da).to(dz_ptr.dtype.element_ty)
+    tl.store(dz_ptr + offs, dgate)
+    x = dgate.to(tl.float32)
+    if not ROW_MAJOR:
+        x = tl.trans(x)
+    _mvue_pack_tile(x, rt, c0, 2 * r_tiles * 64, k, out32_ptr, meta_ptr, seed_ptr, BK, BF16, True)
+    dup = (d * a).to(dz_ptr.dtype.element_ty)
+    tl.store(dz_ptr + offs + up_off, dup)
+    x = dup.to(tl.float32)
+    if not ROW_MAJOR:
+        x = tl.trans(x)
+    _mvue_pack_tile(x, rt + r_tiles, c0, 2 * r_tiles * 64, k, out32_ptr, meta_ptr, seed_ptr, BK, BF16, True)
+
+
+def gated_bwd_mvue_pack_t_into(
+    z: torch.Tensor, g: torch.Tensor, dz: torch.Tensor, act: int, seed: torch.Tensor, out: torch.Tensor
+) -> None:
+    """dz = the gated backward of z [T, 2r] for the output gradient g [T, r] (z, g and dz of one
+    orientation, row- or column-major; r % 64 == 0), written into ``dz``, and packed MVUE(dz^T)
+    along dz's rows (operand [2r, T]) into flat ``out``."""
+    a, ga = dz.t(), g.t()
+    grid, vals32, meta, kw = _mvue_launch(a, out, GATED_MVUE_TILE_ROW_MAJOR, GATED_MVUE_TILE_COL_MAJOR)
+    del kw["EVEN_M"]  # always even: the two halves are whole 64-row tiles
+    r = ga.shape[0]
+    _gated_bwd_mvue_pack_kernel[(grid[0] // 2, grid[1])](
+        z, g, dz, vals32, meta, seed, r // 64, a.shape[1], r * a.stride(0),
+        a.stride(0), a.stride(1), ga.stride(0), ga.stride(1), ACT=act, **kw,
+    )  # fmt: skip

@@ -33,6 +33,7 @@ import math
 import warnings
 
 import torch
+import torch.nn.functional as F
 
 from kernels._common import check_tensor, use_triton
 
@@ -428,9 +429,88 @@ def cslt_gelu_backward_mvue_pack_t(
     return dh, _packed_view(out, n)
 
 
+GATED_KINDS = ("geglu", "swiglu")
+
+
+def _gated_act(kind: str, approximate: str) -> int:
+    """The activation code of ``kernels.geglu`` for a gated kind (GEGLU: GELU with ``approximate``)."""
+    from kernels.geglu import _SILU, _act_code
+
+    if not isinstance(kind, str) or kind not in GATED_KINDS:
+        raise ValueError(f"kind must be one of {GATED_KINDS}, got {kind!r}")
+    code = _act_code(approximate)  # validated for both kinds: a typo should not pass silently
+    return code if kind == "geglu" else _SILU
+
+
+def gated_backward_reference(
+    z: torch.Tensor, g: torch.Tensor, kind: str = "geglu", approximate: str = "tanh"
+) -> torch.Tensor:
+    """The gated backward in float32, rounded to z's dtype, in z's layout: for z = [gate, up]
+    [..., 2r] and the output gradient g [..., r], dz = [g * up * act'(gate), g * act(gate)]."""
+    _gated_act(kind, approximate)
+    gate, up = z.float().chunk(2, dim=-1)
+    gu = g.float() * up
+    if kind == "geglu":
+        a, dgate = (
+            F.gelu(gate, approximate=approximate),
+            torch.ops.aten.gelu_backward(gu, gate, approximate=approximate),
+        )
+    else:
+        a, dgate = F.silu(gate), torch.ops.aten.silu_backward(gu, gate)
+    return torch.empty_like(z).copy_(torch.cat([dgate, g.float() * a], dim=-1))
+
+
+def cslt_gated_backward_mvue_pack_t(
+    z: torch.Tensor, g: torch.Tensor, seed_tensor: torch.Tensor, kind: str = "geglu", approximate: str = "tanh"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The GEGLU / SwiGLU backward and the packed MVUE(dz^T), in one pass.
+
+    ``z`` = [gate, up] [T, 2r] is the gated activation's input (``kernels.geglu``'s convention,
+    GEGLU's GELU with ``approximate``) and ``g`` [T, r] the gradient of its output, fp16/bf16, of
+    one orientation (both row-major or both column-major); ``dz`` comes back in z's layout and
+    the packed operand is what ``cslt_pack_mvue_t(dz, seed_tensor)`` returns for that ``dz``
+    (same uniforms; the seed tensor is read on the device, then incremented). Why: in a gated fst
+    FFN, dz is the output gradient of the fused gate-and-up linear, whose weight-gradient GEMM
+    needs MVUE(dz^T) packed; fusing saves the pack a full read of dz (as
+    :func:`cslt_gelu_backward_mvue_pack_t` does for GELU). Needs T % 64 == 0 and r % 64 == 0 (each
+    program packs one 64-row tile of each half). No value checks (graph-safe). Where Triton does
+    not run: :func:`gated_backward_reference`, then ``cslt_pack_mvue_t``."""
+    from kernels.mvue import _check_seed_tensor
+
+    act = _gated_act(kind, approximate)
+    z = check_tensor("z", z, dtypes=PACK_DTYPES, ndim=2, finite=False)
+    g = check_tensor("g", g, dtypes=(z.dtype,), ndim=2, finite=False)
+    t, two_r = z.shape
+    if g.shape != (t, two_r // 2) or two_r % 2:
+        raise ValueError(
+            f"g has shape {tuple(g.shape)}; for z of shape {tuple(z.shape)} it must be ({t}, {two_r // 2})"
+        )
+    if g.device != z.device:
+        raise ValueError(f"g is on {g.device} but z is on {z.device}")
+    row_major = z.is_contiguous() and g.is_contiguous()
+    col_major = z.t().is_contiguous() and g.t().is_contiguous()
+    if not (row_major or col_major):
+        raise ValueError(
+            f"z and g must both be row-major or both column-major, got strides {z.stride()} and {g.stride()}"
+        )
+    if t % 64 or two_r % 128:
+        raise ValueError(f"z is {t}x{two_r}: the fused gated pack needs T % 64 == 0 and r % 64 == 0")
+    _check_seed_tensor(seed_tensor, z)
+    if not use_triton(z):
+        dz = gated_backward_reference(z, g, kind, approximate)
+        return dz, cslt_pack_mvue_t(dz, seed_tensor)
+    from kernels._cslt_pack_triton import gated_bwd_mvue_pack_t_into
+
+    dz = torch.empty_like(z)  # z's strides (row- or column-major)
+    out = _alloc(two_r, t, z.dtype, z.device)
+    gated_bwd_mvue_pack_t_into(z, g, dz, act, seed_tensor, out)
+    seed_tensor.add_(1)  # on the device, as cslt_pack_mvue_t does
+    return dz, _packed_view(out, two_r)
+
+
 def _self_test_paths(device: torch.device, dtype: torch.dtype, g: torch.Generator) -> bool:
     """The pair (W and a transposed view), its values-only refresh, the fused MVUE pack and the
-    GELU backward fused with it equal the reference packing of the same operands on this device
+    GELU and gated backwards fused with it equal the reference packing of the same operands on this device
     (the compiled kernel, not only the interpreter's semantics)."""
     from kernels.mvue import mvue24_nocheck
     from kernels.transposable import transposable_mask
@@ -455,10 +535,16 @@ def _self_test_paths(device: torch.device, dtype: torch.dtype, g: torch.Generato
     x_col = x.t().contiguous().t()  # rows of x^T contiguous: the kernel's other launch configuration
     seed.fill_(3)
     ok = ok and torch.equal(cslt_pack_mvue_t(x_col, seed), ref)
-    for layout in (lambda t: t, lambda t: t.t().contiguous().t()):  # GELU backward fused with the pack
+    for layout in (lambda t: t, lambda t: t.t().contiguous().t()):  # activation backwards fused with the pack
         h, gr = layout(x), layout(torch.randn(128, 96, device=device, generator=g).to(dtype))
         dh, packed = cslt_gelu_backward_mvue_pack_t(h, gr, seed.fill_(5))
         ok = ok and torch.equal(packed, cslt_pack_mvue_t(dh, seed.fill_(5))) and dh.stride() == h.stride()
+        z, dout = (
+            layout(torch.randn(128, 256, device=device, generator=g).to(dtype)),
+            layout(torch.randn(128, 128, device=device, generator=g).to(dtype)),
+        )
+        dz, packed = cslt_gated_backward_mvue_pack_t(z, dout, seed.fill_(5), "swiglu")
+        ok = ok and torch.equal(packed, cslt_pack_mvue_t(dz, seed.fill_(5))) and dz.stride() == z.stride()
     return ok
 
 
@@ -506,6 +592,9 @@ __all__ = [
     "pruned_values_reference",
     "GELU_APPROXIMATIONS",
     "cslt_gelu_backward_mvue_pack_t",
+    "cslt_gated_backward_mvue_pack_t",
+    "GATED_KINDS",
+    "gated_backward_reference",
     "gelu_backward_reference",
     "cslt_pack",
     "cslt_keep_mask_reference",

@@ -1,5 +1,5 @@
-"""GELU between an fst ``SparseLinear`` and the next layer, with a backward that also packs the
-layer's weight-gradient operand.
+"""GELU (or GEGLU / SwiGLU) between an fst ``SparseLinear`` and the next layer, with a backward
+that also packs the layer's weight-gradient operand.
 
 In the fst FFN, H = fc(X) goes through GELU. fc's backward needs MVUE(dH^T) packed for its 2:4
 weight-gradient GEMM, and dH is what the GELU backward writes: two passes over dH (write it, read
@@ -8,7 +8,9 @@ it back to pack). :func:`fst_gelu` does both in one
 backward through the slot of fc's forward (:class:`kernels.sparse_linear.GradHandoff`); fc then
 skips its own pack. Where that does not apply (fc is not an fst layer on cuSPARSELt's graph-safe
 path, another layout or dtype, a device whose packing layout is not verified), it is ``F.gelu``
-with torch's backward, so the result is the same GELU either way.
+with torch's backward, so the result is the same GELU either way. :func:`fst_gated` does the same
+for a gated activation on fc's fused [gate, up] output
+(:func:`kernels.cslt_pack.cslt_gated_backward_mvue_pack_t`); its fallback is ``kernels.geglu``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,16 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from kernels._common import use_triton
-from kernels.cslt_pack import GELU_APPROXIMATIONS, cslt_gelu_backward_mvue_pack_t, layout_matches
+from kernels.cslt_pack import (
+    GATED_KINDS,
+    GELU_APPROXIMATIONS,
+    _gated_act,
+    cslt_gated_backward_mvue_pack_t,
+    cslt_gelu_backward_mvue_pack_t,
+    gated_backward_reference,
+    layout_matches,
+)
+from kernels.geglu import _as_layout, _empty, _is_col_major, _launch_bwd, geglu, swiglu
 from kernels.sparse_linear import GradHandoff
 
 
@@ -78,4 +89,61 @@ def fst_gelu(z: torch.Tensor, producer: nn.Module, approximate: str = "none") ->
     return _FstGeluFn.apply(z, approximate, handoff)
 
 
-__all__ = ["fst_gelu"]
+def _fusable_gated(z2: torch.Tensor | None, g2: torch.Tensor | None) -> bool:
+    return (
+        z2 is not None
+        and g2 is not None
+        and use_triton(z2)
+        and z2.dtype == g2.dtype
+        and z2.dtype in (torch.float16, torch.bfloat16)
+        and z2.shape[0] % 64 == 0
+        and z2.shape[1] % 128 == 0
+        and (z2.is_contiguous() and g2.is_contiguous() or z2.t().is_contiguous() and g2.t().is_contiguous())
+        and layout_matches(z2.device, z2.dtype)
+    )
+
+
+class _FstGatedFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, kind: str, approximate: str, handoff: GradHandoff) -> torch.Tensor:
+        # kernels.geglu's forward (no autograd in here); it runs on z as it is (row- or column-major)
+        out = geglu(z, approximate, check_finite=False) if kind == "geglu" else swiglu(z, check_finite=False)
+        ctx.save_for_backward(z)
+        ctx.kind, ctx.approximate, ctx.handoff = kind, approximate, handoff
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g: torch.Tensor):
+        (z,) = ctx.saved_tensors
+        handoff: GradHandoff = ctx.handoff
+        col_major = not z.is_contiguous() and _is_col_major(z)
+        if not (col_major or z.is_contiguous()):
+            z = z.contiguous()  # what kernels.geglu runs on
+        g = _as_layout(g.to(z.dtype), col_major)  # as kernels.geglu's backward takes it
+        z2, g2 = _as_tokens(z), _as_tokens(g)
+        if _fusable_gated(z2, g2):
+            dz2, packed = cslt_gated_backward_mvue_pack_t(z2, g2, handoff.layer_seed, ctx.kind, ctx.approximate)
+            handoff.offer(dz2, packed)
+            return dz2.view(z.shape), None, None, None
+        if not use_triton(z):
+            return gated_backward_reference(z, g, ctx.kind, ctx.approximate), None, None, None
+        dz = _empty(z, z.shape[-1], col_major)
+        _launch_bwd(z, g, dz, col_major, _gated_act(ctx.kind, ctx.approximate))
+        return dz, None, None, None
+
+
+def fst_gated(z: torch.Tensor, producer: nn.Module, kind: str, approximate: str = "none") -> torch.Tensor:
+    """``kernels.geglu.geglu(z, approximate)`` (``kind="geglu"``) or ``swiglu(z)`` (``"swiglu"``)
+    of ``z`` = [gate, up], the output of ``producer``'s latest forward, without the finiteness
+    check; when ``producer`` is a ``SparseLinear`` whose backward packs MVUE(dZ^T) on the
+    graph-safe cuSPARSELt path, the backward computes dZ and that operand in one pass and hands it
+    over (as :func:`fst_gelu` does). Any other producer: plain ``geglu`` / ``swiglu``."""
+    _gated_act(kind, approximate)
+    handoff = getattr(producer, "grad_handoff", None)
+    if not isinstance(handoff, GradHandoff) or not handoff.wants_packed_grad or not torch.is_grad_enabled():
+        return geglu(z, approximate, check_finite=False) if kind == "geglu" else swiglu(z, check_finite=False)
+    return _FstGatedFn.apply(z, kind, approximate, handoff)
+
+
+__all__ = ["GATED_KINDS", "fst_gated", "fst_gelu"]

@@ -453,6 +453,135 @@ def test_gpu_gelu_backward_mvue_pack(dname, layout):
     assert rel_err(torch._cslt_sparse_mm(packed, b), dense @ b.double().cpu()) < 1e-2
 
 
+def _gated_reference64(z: torch.Tensor, g: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gated backward in float64 (tanh GELU for GEGLU) and a tolerance: one ulp of the 16-bit
+    dtype, plus the fp32 cancellation of 1 + tanh far left (torch's float64 tanh form has it too)."""
+    gate, up = z.double().chunk(2, dim=-1)
+    gd = g.double()
+    if kind == "geglu":
+        a = torch.nn.functional.gelu(gate, approximate="tanh")
+        dgate = torch.ops.aten.gelu_backward(gd * up, gate, approximate="tanh")
+    else:
+        a, dgate = torch.nn.functional.silu(gate), torch.ops.aten.silu_backward(gd * up, gate)
+    ref = torch.cat([dgate, gd * a], dim=-1)
+    fi = torch.finfo(z.dtype)
+    scale = gd.abs() * (gate.abs() + up.abs() + 1)
+    return ref, fi.eps * ref.abs().clamp_min(fi.tiny) + 1e-5 * torch.cat([scale, scale], dim=-1)
+
+
+@pytest.mark.parametrize("dname", ["bf16", "fp16"])
+@pytest.mark.parametrize("layout", ["row", "col"])
+@pytest.mark.parametrize("kind", ["geglu", "swiglu"])
+def test_gated_backward_mvue_pack_matches_separate_passes(dname, layout, kind):
+    """One pass (GEGLU / SwiGLU backward, stored, then MVUE of its transpose, packed) == the gated
+    backward (within one ulp of a float64 reference) followed by ``cslt_pack_mvue_t`` of what was
+    stored, bit for bit; dz keeps z's layout, dz is written everywhere (poisoned buffer check via
+    NaN-free output), and the seed advances by one."""
+    from kernels.cslt_pack import cslt_gated_backward_mvue_pack_t, cslt_pack_mvue_t
+
+    dt = DTYPES[dname]
+    t, r = 128, 128
+    gen = torch.Generator().manual_seed(37)
+    z = torch.randn(t, 2 * r, generator=gen).mul(2).to(dt)
+    g = torch.randn(t, r, generator=gen).to(dt)
+    g[:4, :8] = 0  # groups with zero gradient (degenerate MVUE groups), in both halves
+    if layout == "col":
+        z, g = z.t().contiguous().t(), g.t().contiguous().t()
+    seed, seed_ref = torch.tensor([91]), torch.tensor([91])
+    dz, packed = cslt_gated_backward_mvue_pack_t(z, g, seed, kind)
+    assert dz.stride() == z.stride() and dz.dtype == dt and int(seed) == 92
+    ref, tol = _gated_reference64(z, g, kind)
+    assert torch.isfinite(dz).all() and ((dz.double() - ref).abs() <= tol).all()
+    assert rel_err(dz, ref) < (4e-3 if dt == torch.bfloat16 else 5e-4)
+    assert torch.equal(bits(packed), bits(cslt_pack_mvue_t(dz, seed_ref)))
+    again = cslt_gated_backward_mvue_pack_t(z, g, seed, kind)[1]  # draws afresh
+    assert not torch.equal(bits(again), bits(packed))
+
+
+def test_gated_backward_reference_matches_autograd():
+    """The plain-PyTorch gated backward == autograd through geglu_reference / swiglu_reference."""
+    from kernels.cslt_pack import gated_backward_reference
+    from kernels.geglu import geglu_reference, swiglu_reference
+
+    gen = torch.Generator().manual_seed(3)
+    z = torch.randn(16, 64, generator=gen, requires_grad=True)
+    g = torch.randn(16, 32, generator=gen)
+    for kind, fn in (("geglu", lambda t: geglu_reference(t, "tanh")), ("swiglu", swiglu_reference)):
+        (expect,) = torch.autograd.grad(fn(z), z, g)
+        assert rel_err(gated_backward_reference(z.detach(), g, kind, "tanh"), expect) < 1e-6
+
+
+def test_gated_backward_mvue_pack_bad_input():
+    from kernels.cslt_pack import cslt_gated_backward_mvue_pack_t
+
+    z = torch.randn(128, 256).to(torch.bfloat16)
+    g = torch.randn(128, 128).to(torch.bfloat16)
+    seed = torch.tensor([1])
+    with pytest.raises(ValueError, match="kind"):
+        cslt_gated_backward_mvue_pack_t(z, g, seed, "reglu")
+    with pytest.raises(ValueError, match="approximate"):
+        cslt_gated_backward_mvue_pack_t(z, g, seed, "geglu", "erf")
+    with pytest.raises(TypeError):
+        cslt_gated_backward_mvue_pack_t(z, g.half(), seed)
+    with pytest.raises(TypeError):
+        cslt_gated_backward_mvue_pack_t(z.float(), g.float(), seed)
+    with pytest.raises(ValueError, match="shape"):
+        cslt_gated_backward_mvue_pack_t(z, z.clone(), seed)
+    with pytest.raises(ValueError, match="column-major"):
+        cslt_gated_backward_mvue_pack_t(z, g.t().contiguous().t(), seed)
+    with pytest.raises(ValueError, match="T % 64"):
+        cslt_gated_backward_mvue_pack_t(z[:32], g[:32], seed)
+    with pytest.raises(ValueError, match="r % 64"):
+        cslt_gated_backward_mvue_pack_t(z[:, :192].contiguous(), g[:, :96].contiguous(), seed)
+    with pytest.raises(TypeError, match="seed_tensor"):
+        cslt_gated_backward_mvue_pack_t(z, g, torch.tensor([1], dtype=torch.int32))
+
+
+def test_self_test_catches_a_wrong_fused_gated_pack():
+    import kernels.cslt_pack as cp
+
+    g = torch.Generator().manual_seed(0)
+    real = cp.cslt_gated_backward_mvue_pack_t
+
+    def wrong(z, dout, s, kind="geglu", approximate="tanh"):
+        dz, packed = real(z, dout, s, kind, approximate)
+        return dz, packed.neg()
+
+    try:
+        cp.cslt_gated_backward_mvue_pack_t = wrong
+        assert not cp._self_test_paths(torch.device("cpu"), torch.bfloat16, g)
+    finally:
+        cp.cslt_gated_backward_mvue_pack_t = real
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dname", ["bf16", "fp16"])
+@pytest.mark.parametrize("layout", ["row", "col"])
+@pytest.mark.parametrize("kind", ["geglu", "swiglu"])
+def test_gpu_gated_backward_mvue_pack(dname, layout, kind):
+    """The compiled kernel: dz within one ulp of float64, every element written (dz starts as
+    whatever the allocator hands out; NaN never passes), pack == cslt_pack_mvue_t of that dz, and
+    the packed operand multiplies right on cuSPARSELt."""
+    from kernels.cslt_pack import cslt_gated_backward_mvue_pack_t, cslt_pack_mvue_t, cslt_unpack_reference
+
+    dt = DTYPES[dname]
+    gen = torch.Generator().manual_seed(19)
+    z = torch.randn(1024, 2 * 768, generator=gen).to(dt).cuda()
+    g = torch.randn(1024, 768, generator=gen).to(dt).cuda()
+    if layout == "col":
+        z, g = z.t().contiguous().t(), g.t().contiguous().t()
+    torch.full((4 << 20,), float("nan"), dtype=dt, device="cuda")  # poison what the allocator reuses
+    seed = torch.tensor([5], dtype=torch.int64, device="cuda")
+    dz, packed = cslt_gated_backward_mvue_pack_t(z, g, seed, kind)
+    ref, tol = _gated_reference64(z.cpu(), g.cpu(), kind)
+    assert dz.stride() == z.stride() and ((dz.double().cpu() - ref).abs() <= tol).all()
+    assert torch.equal(bits(packed), bits(cslt_pack_mvue_t(dz, seed.fill_(5))))
+    b = torch.randn(1024, 256, generator=gen).to(dt).cuda()
+    dense = cslt_unpack_reference(packed.cpu(), 2 * 768, 1024).double()
+    assert rel_err(torch._cslt_sparse_mm(packed, b), dense @ b.double().cpu()) < 1e-2
+
+
 @pytest.mark.parametrize("dname", ["bf16", "fp16"])
 def test_pruned_entries_and_decay_cast_from_them(dname):
     """The values refresh also writes the pruned entries (bit for bit the reference, into a

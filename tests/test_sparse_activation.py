@@ -13,7 +13,8 @@ import kernels.cslt_pack as cp_mod
 import kernels.sparse_activation as sa_mod
 import kernels.sparse_linear as sl_mod
 from kernels import SparseLinear
-from kernels.sparse_activation import fst_gelu
+from kernels.geglu import geglu, swiglu
+from kernels.sparse_activation import fst_gated, fst_gelu
 from kernels.sparse_linear import GradHandoff, _Plan
 from tests.helpers import rel_err
 
@@ -111,12 +112,14 @@ def test_mismatched_gradient_layout_falls_back(monkeypatch):
     assert int(handoff.layer_seed) == 3 and handoff.take(dz) is None
 
 
-def _ffn_grads(act, x: torch.Tensor, dy: torch.Tensor, cuda: bool = False) -> dict:
-    """fc (fst, column-major output) -> act -> proj, fwd + bwd; returns outputs, gradients, dZ
-    (the gradient fc's backward receives) and the number of MVUE packs the layers ran."""
+def _ffn_grads(act, x: torch.Tensor, dy: torch.Tensor, cuda: bool = False, gated: bool = False) -> dict:
+    """fc (fst, column-major output; [gate, up] of twice the width when ``gated``) -> act -> proj,
+    fwd + bwd; returns outputs, gradients, dZ (the gradient fc's backward receives) and the
+    number of MVUE packs the layers ran."""
     torch.manual_seed(2)
     kw = {} if cuda else {"dtype": torch.bfloat16}
-    fc = SparseLinear(x.shape[-1], 4 * x.shape[-1], mode="fst", checks=False, seed=7, output_layout="col", **kw)
+    fc_out = (8 if gated else 4) * x.shape[-1]
+    fc = SparseLinear(x.shape[-1], fc_out, mode="fst", checks=False, seed=7, output_layout="col", **kw)
     proj = SparseLinear(4 * x.shape[-1], x.shape[-1], mode="fst", checks=False, seed=9, **kw)
     if cuda:
         fc, proj = fc.cuda(), proj.cuda()
@@ -187,3 +190,101 @@ def test_gpu_fst_ffn_fused_matches_separate_packing():
     dy = torch.randn(4, 256, 512, device="cuda", generator=gen).bfloat16()
     fused, plain = _ffn_grads(_fused, x, dy, cuda=True), _ffn_grads(_plain, x, dy, cuda=True)
     _check_fused_against_plain(fused, plain, x)
+
+
+# ------------------------------------------------------------------------------------------------
+# fst_gated: GEGLU / SwiGLU on fc's fused [gate, up] output
+# ------------------------------------------------------------------------------------------------
+
+
+def test_gated_plain_for_other_producers():
+    """nn.Linear, a dense or CPU-fallback SparseLinear, no_grad: kernels.geglu's geglu / swiglu
+    (same values and gradients); bad kind or approximation: ValueError."""
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(8, 16, generator=gen, requires_grad=True)
+    for layer in (nn.Linear(16, 64), SparseLinear(16, 64, mode="dense")):
+        for kind, ref in (("geglu", lambda t: geglu(t, "tanh")), ("swiglu", swiglu)):
+            z = layer(x)
+            a = fst_gated(z, layer, kind, "tanh")
+            assert torch.equal(a, ref(z))
+            g = torch.randn_like(a)
+            expect = torch.autograd.grad(ref(z), x, g, retain_graph=True)[0]
+            assert torch.equal(torch.autograd.grad(a, x, g)[0], expect)
+    with pytest.raises(ValueError, match="kind"):
+        fst_gated(z, layer, "reglu")
+    with pytest.raises(ValueError, match="approximate"):
+        fst_gated(z, layer, "geglu", "erf")
+
+
+@pytest.mark.parametrize("layout", ["col", "row", "row_grad"])
+@pytest.mark.parametrize("kind", ["geglu", "swiglu"])
+def test_gated_backward_packs_and_offers(layout, kind, monkeypatch):
+    """The fused gated backward (kernel through the interpreter), [B, S, 2r] input: the output is
+    geglu / swiglu; dZ equals their backward within bf16 rounding, in z's layout; the offered
+    operand is cslt_pack_mvue_t of that very dZ with the layer's seed, which advances by one. A
+    gradient in the other layout (``row_grad``: z column-major, g row-major) is brought to z's
+    layout first, as kernels.geglu's backward does, and still fused."""
+    monkeypatch.setattr(sa_mod, "layout_matches", lambda device, dtype: True)
+    gen = torch.Generator().manual_seed(9)
+    z = torch.randn(2, 64, 256, generator=gen).bfloat16()
+    g = torch.randn(2, 64, 128, generator=gen).bfloat16()
+    if layout in ("col", "row_grad"):  # over a contiguous [2r, B*S] buffer, as the fst fc writes it
+        z = z.reshape(128, 256).t().contiguous().t().reshape(2, 64, 256)
+    if layout == "col":
+        g = g.reshape(128, 128).t().contiguous().t().reshape(2, 64, 128)
+    z.requires_grad_(True)
+    handoff = _handoff(seed=21)
+    a = fst_gated(z, _Producer(handoff), kind, "tanh")
+    plain = geglu(z.detach(), "tanh") if kind == "geglu" else swiglu(z.detach())
+    assert torch.equal(a, plain)
+    (dz,) = torch.autograd.grad(a, z, g)
+    ref = cp_mod.gated_backward_reference(z.detach().double(), g.double(), kind, "tanh")
+    assert rel_err(dz, ref) < 5e-3 and dz.stride() == z.stride() and dz.shape == z.shape
+    assert int(handoff.layer_seed) == 22
+    packed = handoff.take(dz.reshape(128, 256))
+    assert packed is not None
+    expect = cp_mod.cslt_pack_mvue_t(dz.reshape(128, 256), torch.tensor([21]))
+    assert torch.equal(packed.view(torch.int16), expect.view(torch.int16))
+
+
+def test_gated_unfusable_shape_falls_back(monkeypatch):
+    """r % 64 != 0: kernels.geglu's own backward, no pack drawn, nothing offered."""
+    monkeypatch.setattr(sa_mod, "layout_matches", lambda device, dtype: True)
+    gen = torch.Generator().manual_seed(10)
+    z = torch.randn(128, 192, generator=gen).bfloat16().requires_grad_(True)
+    g = torch.randn(128, 96, generator=gen).bfloat16()
+    handoff = _handoff()
+    (dz,) = torch.autograd.grad(fst_gated(z, _Producer(handoff), "swiglu"), z, g)
+    (expect,) = torch.autograd.grad(swiglu(z), z, g)
+    assert torch.equal(dz, expect)
+    assert int(handoff.layer_seed) == 3 and handoff.take(dz) is None
+
+
+def _geglu_fused(z: torch.Tensor, fc: nn.Module) -> torch.Tensor:
+    return fst_gated(z, fc, "geglu", "tanh")
+
+
+def _geglu_plain(z: torch.Tensor, fc: nn.Module) -> torch.Tensor:
+    return geglu(z, "tanh", check_finite=False)
+
+
+def test_fst_gated_ffn_uses_the_handoff_and_matches_separate_packing(emulated_cusparselt, monkeypatch):
+    """Through a GEGLU fst FFN (emulated cuSPARSELt): with fst_gated, fc's backward takes the
+    handed operand, and the gradients equal those of kernels.geglu with separate packing."""
+    monkeypatch.setattr(sa_mod, "layout_matches", lambda device, dtype: True)
+    gen = torch.Generator().manual_seed(12)
+    x = torch.randn(2, 64, 64, generator=gen).bfloat16()
+    dy = torch.randn(2, 64, 64, generator=gen).bfloat16()
+    fused = _ffn_grads(_geglu_fused, x, dy, gated=True)
+    _check_fused_against_plain(fused, _ffn_grads(_geglu_plain, x, dy, gated=True), x)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_gpu_fst_gated_ffn_fused_matches_separate_packing():
+    """The same on cuSPARSELt, under bf16 autocast."""
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(4, 256, 512, device="cuda", generator=gen).bfloat16()
+    dy = torch.randn(4, 256, 512, device="cuda", generator=gen).bfloat16()
+    fused = _ffn_grads(_geglu_fused, x, dy, cuda=True, gated=True)
+    _check_fused_against_plain(fused, _ffn_grads(_geglu_plain, x, dy, cuda=True, gated=True), x)

@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.sparse_activation import fst_gelu
+from kernels.sparse_activation import fst_gated, fst_gelu
 from repro.models._layout import prefer_col_major_output
 
 __all__ = [
@@ -274,19 +274,14 @@ class GPT2MLP(nn.Module):
         self.proj = _make_linear(f, cfg.ffn_hidden, cfg.d_model, cfg.bias, "mlp.proj")
         prefer_col_major_output(self.fc)
         self.drop = nn.Dropout(cfg.dropout)
-        self._gated: Callable[[torch.Tensor], torch.Tensor] | None = None
-        if self.kind in ("geglu", "swiglu"):
-            # import_module: `import kernels.geglu` would give the function re-exported by kernels/__init__.
-            gated = importlib.import_module("kernels.geglu")
-            if self.kind == "geglu":
-                self._gated = functools.partial(gated.geglu, approximate=self.approximate, check_finite=False)
-            else:
-                self._gated = functools.partial(gated.swiglu, check_finite=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self.fc(x)
-        # fst_gelu: F.gelu, whose backward also packs fc's weight-gradient operand when fc is fst
-        a = fst_gelu(z, self.fc, self.approximate) if self._gated is None else self._gated(z)
+        # F.gelu / kernels.geglu, whose backward also packs fc's weight-gradient operand when fc is fst
+        if self.kind == "gelu":
+            a = fst_gelu(z, self.fc, self.approximate)
+        else:
+            a = fst_gated(z, self.fc, self.kind, self.approximate)
         return self.drop(self.proj(a))
 
 
