@@ -434,7 +434,12 @@ def _tile_offsets(m, stride_ar, stride_ac, BK: tl.constexpr, ROW_MAJOR: tl.const
     """This program's tile of A [m, k] (given by strides): row tile ``rt``, first column ``c0``, and
     the offsets and in-bounds mask of its 64 x BK elements, laid out along A's contiguous axis:
     [64, BK] when A is row-major, [BK, 64] (to be transposed in registers) when its rows are."""
-    rt = tl.program_id(0)
+    return _tile_offsets_at(tl.program_id(0), m, stride_ar, stride_ac, BK, ROW_MAJOR, EVEN_M)
+
+
+@triton.jit
+def _tile_offsets_at(rt, m, stride_ar, stride_ac, BK: tl.constexpr, ROW_MAJOR: tl.constexpr, EVEN_M: tl.constexpr):
+    """``_tile_offsets`` for row tile ``rt`` (column block: this program's)."""
     c0 = tl.program_id(1) * BK
     rows = rt * 64 + tl.arange(0, 64)
     cols = c0 + tl.arange(0, BK)
@@ -547,9 +552,11 @@ def act_bwd_mvue_pack_t_into(
 # gated activation backward fused with the MVUE pack of its result (GEGLU / SwiGLU fst FFN's dZ)
 # --------------------------------------------------------------------------------------------
 
-# tiles of the gated backward + pack, as above (two 64-row tiles per program: gate and up)
+# tiles of the gated backward + pack, as above, and whether a program packs one tile (gate or up)
+# or both
 GATED_MVUE_TILE_ROW_MAJOR = (64, 4)
 GATED_MVUE_TILE_COL_MAJOR = (64, 4)
+GATED_SPLIT = True
 
 
 @triton.jit
@@ -571,31 +578,53 @@ def _gated_bwd_mvue_pack_kernel(
     ROW_MAJOR: tl.constexpr,
     ACT: tl.constexpr,
     BF16: tl.constexpr,
+    SPLIT: tl.constexpr,
 ):
     """dZ = [dout * up * act'(gate), dout * act(gate)] for Z = [gate, up] (A = dZ^T is [2r, k]
     through Z's strides, G = dout^T is [r, k] through its own; Z, dZ and G share an orientation),
-    stored in Z's layout, and packed MVUE(dZ^T) 2:4 along k, in one pass: program (rt, c) reads
-    the gate rows rt*64.. and the up rows r + rt*64.. of one column block and packs both tiles
-    (rows of the whole operand, so the pack equals ``_mvue_pack_kernel`` run on the stored dZ).
-    ``up_off``: the offset from a gate element to its up element (r rows of A)."""
-    rt, c0, offs, _ = _tile_offsets(2 * r_tiles * 64, stride_zr, stride_zc, BK, ROW_MAJOR, True)
-    _, _, goffs, _ = _tile_offsets(r_tiles * 64, stride_gr, stride_gc, BK, ROW_MAJOR, True)
+    stored in Z's layout, and packed MVUE(dZ^T) 2:4 along k, in one pass. ``SPLIT``: program
+    (2 i + h, c) computes and packs the tile i of half h (gate rows i*64.. or up rows r + i*64..)
+    of one column block; the two programs of a pair run side by side, so the second one's reads
+    of gate and dout mostly hit L2 (fewer registers per program than packing both tiles in one).
+    Otherwise program (i, c) does both tiles. Rows are those of the whole operand, so the pack
+    equals ``_mvue_pack_kernel`` run on the stored dZ. ``up_off``: from a gate element to its up
+    element (r rows of A)."""
+    m = 2 * r_tiles * 64
+    if SPLIT:
+        rt = tl.program_id(0) // 2
+        half = tl.program_id(0) % 2
+    else:
+        rt = tl.program_id(0)
+        half = 0
+    rt, c0, offs, z_inb = _tile_offsets_at(rt, m, stride_zr, stride_zc, BK, ROW_MAJOR, True)
+    g_rt, g_c0, goffs, g_inb = _tile_offsets_at(rt, m, stride_gr, stride_gc, BK, ROW_MAJOR, True)
     gate = tl.load(z_ptr + offs).to(tl.float32)
-    u = tl.load(z_ptr + offs + up_off).to(tl.float32)
     d = tl.load(g_ptr + goffs).to(tl.float32)
-    a, da = _act_and_grad(gate, ACT)
-    dgate = (d * u * da).to(dz_ptr.dtype.element_ty)
-    tl.store(dz_ptr + offs, dgate)
-    x = dgate.to(tl.float32)
+    if half == 0:
+        u = tl.load(z_ptr + offs + up_off).to(tl.float32)
+        act, dact = _act_and_grad(gate, ACT)
+        _store_and_pack(d * u * dact, dz_ptr + offs, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, ROW_MAJOR, BF16)
+        if not SPLIT:
+            up, rt_up = dz_ptr + offs + up_off, rt + r_tiles
+            _store_and_pack(d * act, up, rt_up, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, ROW_MAJOR, BF16)
+    else:
+        act_up, dact_up = _act_and_grad(gate, ACT)
+        up, rt_up = dz_ptr + offs + up_off, rt + r_tiles
+        _store_and_pack(d * act_up, up, rt_up, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, ROW_MAJOR, BF16)
+
+
+@triton.jit
+def _store_and_pack(
+    v, ptrs, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK: tl.constexpr, ROW_MAJOR: tl.constexpr, BF16: tl.constexpr
+):
+    """Store the fp32 tile ``v`` (laid out along A's contiguous axis) rounded to the 16-bit dtype
+    at ``ptrs``, and MVUE-pack what was stored as row tile ``rt`` of A [m, k]."""
+    v16 = v.to(ptrs.dtype.element_ty)
+    tl.store(ptrs, v16)
+    x = v16.to(tl.float32)
     if not ROW_MAJOR:
         x = tl.trans(x)
-    _mvue_pack_tile(x, rt, c0, 2 * r_tiles * 64, k, out32_ptr, meta_ptr, seed_ptr, BK, BF16, True)
-    dup = (d * a).to(dz_ptr.dtype.element_ty)
-    tl.store(dz_ptr + offs + up_off, dup)
-    x = dup.to(tl.float32)
-    if not ROW_MAJOR:
-        x = tl.trans(x)
-    _mvue_pack_tile(x, rt + r_tiles, c0, 2 * r_tiles * 64, k, out32_ptr, meta_ptr, seed_ptr, BK, BF16, True)
+    _mvue_pack_tile(x, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, BF16, True)
 
 
 def gated_bwd_mvue_pack_t_into(
@@ -608,7 +637,7 @@ def gated_bwd_mvue_pack_t_into(
     grid, vals32, meta, kw = _mvue_launch(a, out, GATED_MVUE_TILE_ROW_MAJOR, GATED_MVUE_TILE_COL_MAJOR)
     del kw["EVEN_M"]  # always even: the two halves are whole 64-row tiles
     r = ga.shape[0]
-    _gated_bwd_mvue_pack_kernel[(grid[0] // 2, grid[1])](
+    _gated_bwd_mvue_pack_kernel[(grid[0] if GATED_SPLIT else grid[0] // 2, grid[1])](
         z, g, dz, vals32, meta, seed, r // 64, a.shape[1], r * a.stride(0),
-        a.stride(0), a.stride(1), ga.stride(0), ga.stride(1), ACT=act, **kw,
+        a.stride(0), a.stride(1), ga.stride(0), ga.stride(1), ACT=act, SPLIT=GATED_SPLIT, **kw,
     )  # fmt: skip

@@ -29,18 +29,20 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1).view(torch.int16).clone()
 
 
-def _launch(z, g, dz, seed, out, bk, warps):
+def _launch(z, g, dz, seed, out, bk, warps, split):
     kt.GATED_MVUE_TILE_ROW_MAJOR = kt.GATED_MVUE_TILE_COL_MAJOR = (bk, warps)
+    kt.GATED_SPLIT = split
     kt.gated_bwd_mvue_pack_t_into(z, g, dz, 1, seed, out)
 
 
 def kernel_sweep() -> None:
-    default = (kt.GATED_MVUE_TILE_ROW_MAJOR, kt.GATED_MVUE_TILE_COL_MAJOR)
+    default = (kt.GATED_MVUE_TILE_ROW_MAJOR, kt.GATED_MVUE_TILE_COL_MAJOR, kt.GATED_SPLIT)
+    print(f"defaults: row-major {default[0]}, column-major {default[1]}, split {default[2]}", flush=True)
     try:
         for t, r, layout in ((8192, 8192, "col"), (16384, 4096, "col"), (8192, 16384, "col"), (8192, 8192, "row")):
             _sweep(t, r, layout)
     finally:
-        kt.GATED_MVUE_TILE_ROW_MAJOR, kt.GATED_MVUE_TILE_COL_MAJOR = default
+        kt.GATED_MVUE_TILE_ROW_MAJOR, kt.GATED_MVUE_TILE_COL_MAJOR, kt.GATED_SPLIT = default
 
 
 def _sweep(t: int, r: int, layout: str) -> None:
@@ -65,18 +67,19 @@ def _sweep(t: int, r: int, layout: str) -> None:
         flush=True,
     )
     ref = _bits(packed)
-    for bk, warps in ((32, 4), (64, 4), (64, 8), (128, 4), (128, 8)):
+    configs = [(bk, w, sp) for sp in (False, True) for bk, w in ((32, 4), (32, 8), (64, 4), (64, 8), (128, 8))]
+    for bk, warps, split in configs:
         out = _alloc(2 * r, t, BF, DEV)
         dz2 = torch.full_like(z, float("nan"))
         try:
-            _launch(z, g, dz2, seed.fill_(3), out, bk, warps)
+            _launch(z, g, dz2, seed.fill_(3), out, bk, warps, split)
         except Exception as e:  # noqa: BLE001 (a config that does not compile)
-            print(f"   BK={bk} warps={warps}: {type(e).__name__}", flush=True)
+            print(f"   BK={bk} warps={warps} split={split}: {type(e).__name__}", flush=True)
             continue
         ok = torch.equal(_bits(out)[: ref.numel()], ref) and torch.equal(dz2, dz)
-        tm = time_fn(lambda: _launch(z, g, dz2, seed, out, bk, warps), DEV)
+        tm = time_fn(lambda: _launch(z, g, dz2, seed, out, bk, warps, split), DEV)
         print(
-            f"   BK={bk:3d} warps={warps}: {'ok ' if ok else 'BAD'} {tm.ms:.3f} ms "
+            f"   BK={bk:3d} warps={warps} split={split:d}: {'ok ' if ok else 'BAD'} {tm.ms:.3f} ms "
             f"{nbytes / tm.ms / 1e6:6.0f} GB/s  ({sep.ms / tm.ms:.2f}x vs separate)",
             flush=True,
         )

@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 import collections
 import re
+import subprocess
+import tempfile
+from pathlib import Path
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -20,15 +23,29 @@ from kernels import _cslt_pack_triton as pk
 TARGET = GPUTarget("cuda", 90, 32)
 
 
-def compile_sass(fn, signature: dict, constexprs: dict, num_warps: int) -> str:
+def compile_sass(fn, signature: dict, constexprs: dict, num_warps: int) -> tuple[str, int | None]:
     """As a launch would specialize it: a unit stride is a constant, every pointer and every
-    other integer is divisible by 16 (the shapes the suites run)."""
+    other integer is divisible by 16 (the shapes the suites run). Returns the SASS and the
+    registers per thread (from cuobjdump's resource usage; None where it cannot be read)."""
     idx = fn.arg_names.index
     runtime = [k for k, v in signature.items() if k not in constexprs and v != "constexpr"]
     attrs = {(idx(k),): [["tt.divisibility", 16]] for k in runtime}
     src = ASTSource(fn, signature, constexprs={(idx(k),): v for k, v in constexprs.items()}, attrs=attrs)
     kernel = triton.compile(src, target=TARGET, options={"num_warps": num_warps})
-    return kernel.asm["sass"]
+    return kernel.asm["sass"], _registers(kernel.asm["cubin"])
+
+
+def _registers(cubin: bytes) -> int | None:
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        try:
+            out = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+        except (OSError, subprocess.CalledProcessError):
+            return None
+    m = re.search(r"REG:(\d+)", out)
+    return int(m.group(1)) if m else None
 
 
 def opcode_counts(sass: str) -> collections.Counter:
@@ -66,6 +83,15 @@ def cases() -> list:
         }
         cx = {"BK": tile[0], "ROW_MAJOR": row_major, "ACT": 1, "BF16": True, "EVEN_M": True, **unit_stride(row_major)}
         out.append((f"act_bwd_mvue_pack row_major={row_major}", pk._act_bwd_mvue_pack_kernel, sig, cx, tile))
+    for row_major, tile in ((False, pk.GATED_MVUE_TILE_COL_MAJOR), (True, pk.GATED_MVUE_TILE_ROW_MAJOR)):
+        sig = {"z_ptr": "*bf16", "g_ptr": "*bf16", "dz_ptr": "*bf16", "out32_ptr": "*i32", "meta_ptr": "*i16"}
+        sig |= {"seed_ptr": "*i64", "r_tiles": "i32", "k": "i32", "up_off": "i32"}
+        sig |= {name: "i32" for name in ("stride_zr", "stride_zc", "stride_gr", "stride_gc")}
+        unit = {"stride_zc": 1, "stride_gc": 1} if row_major else {"stride_zr": 1, "stride_gr": 1}
+        cx = {"BK": tile[0], "ROW_MAJOR": row_major, "ACT": 1, "BF16": True, "SPLIT": pk.GATED_SPLIT, **unit}
+        # one 64 x BK tile per program (SPLIT), else two: per element as for the others
+        tiles = 1 if pk.GATED_SPLIT else 2
+        out.append((f"gated_bwd_mvue_pack row_major={row_major}", pk._gated_bwd_mvue_pack_kernel, sig, cx, tile, tiles))
     return out
 
 
@@ -74,14 +100,17 @@ def main() -> None:
     ap.add_argument("--dump", default=None, help="substring of a case name: print its SASS")
     ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args()
-    for name, fn, sig, cx, (bk, warps) in cases():
+    for name, fn, sig, cx, (bk, warps), *tiles in cases():
         full = {**sig, **{k: "constexpr" for k in cx}}
-        sass = compile_sass(fn, full, cx, warps)
+        sass, regs = compile_sass(fn, full, cx, warps)
         ops = opcode_counts(sass)
         total = sum(ops.values())
-        per_thread_elems = 64 * bk / (32 * warps)
+        per_thread_elems = (tiles[0] if tiles else 1) * 64 * bk / (32 * warps)
         per_elem = total / per_thread_elems
-        print(f"{name:40s} BK={bk:3d} warps={warps}: {total:5d} instr/thread, {per_elem:6.1f} per element")
+        print(
+            f"{name:40s} BK={bk:3d} warps={warps}: {total:5d} instr/thread, {per_elem:6.1f} per element, "
+            f"{regs} registers"
+        )
         print("    " + ", ".join(f"{k} {v}" for k, v in ops.most_common(args.top)))
         if args.dump and args.dump in name:
             print(sass)
