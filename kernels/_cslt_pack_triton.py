@@ -552,11 +552,12 @@ def act_bwd_mvue_pack_t_into(
 # gated activation backward fused with the MVUE pack of its result (GEGLU / SwiGLU fst FFN's dZ)
 # --------------------------------------------------------------------------------------------
 
-# tiles of the gated backward + pack, as above, and whether a program packs one tile (gate or up)
-# or both
-GATED_MVUE_TILE_ROW_MAJOR = (64, 4)
-GATED_MVUE_TILE_COL_MAJOR = (64, 4)
-GATED_SPLIT = True
+# the gated backward + pack: (tile columns, warps, split: a program packs one tile, gate or up,
+# instead of both) by the layout of the operand A = dZ^T; fastest bit-checked configs on the H100
+# (results/tuning/h100_probe_fused_gated.txt: 1.21-1.27x the two separate passes row-major,
+# 1.06-1.08x column-major)
+GATED_MVUE_TILE_ROW_MAJOR = (32, 4, False)
+GATED_MVUE_TILE_COL_MAJOR = (64, 8, True)
 
 
 @triton.jit
@@ -634,10 +635,12 @@ def gated_bwd_mvue_pack_t_into(
     orientation, row- or column-major; r % 64 == 0), written into ``dz``, and packed MVUE(dz^T)
     along dz's rows (operand [2r, T]) into flat ``out``."""
     a, ga = dz.t(), g.t()
-    grid, vals32, meta, kw = _mvue_launch(a, out, GATED_MVUE_TILE_ROW_MAJOR, GATED_MVUE_TILE_COL_MAJOR)
+    rows, cols = GATED_MVUE_TILE_ROW_MAJOR, GATED_MVUE_TILE_COL_MAJOR
+    grid, vals32, meta, kw = _mvue_launch(a, out, rows[:2], cols[:2])
     del kw["EVEN_M"]  # always even: the two halves are whole 64-row tiles
+    split = (rows if kw["ROW_MAJOR"] else cols)[2]
     r = ga.shape[0]
-    _gated_bwd_mvue_pack_kernel[(grid[0] if GATED_SPLIT else grid[0] // 2, grid[1])](
+    _gated_bwd_mvue_pack_kernel[(grid[0] if split else grid[0] // 2, grid[1])](
         z, g, dz, vals32, meta, seed, r // 64, a.shape[1], r * a.stride(0),
-        a.stride(0), a.stride(1), ga.stride(0), ga.stride(1), ACT=act, SPLIT=GATED_SPLIT, **kw,
+        a.stride(0), a.stride(1), ga.stride(0), ga.stride(1), ACT=act, SPLIT=split, **kw,
     )  # fmt: skip

@@ -30,19 +30,18 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def _launch(z, g, dz, seed, out, bk, warps, split):
-    kt.GATED_MVUE_TILE_ROW_MAJOR = kt.GATED_MVUE_TILE_COL_MAJOR = (bk, warps)
-    kt.GATED_SPLIT = split
+    kt.GATED_MVUE_TILE_ROW_MAJOR = kt.GATED_MVUE_TILE_COL_MAJOR = (bk, warps, split)
     kt.gated_bwd_mvue_pack_t_into(z, g, dz, 1, seed, out)
 
 
 def kernel_sweep() -> None:
-    default = (kt.GATED_MVUE_TILE_ROW_MAJOR, kt.GATED_MVUE_TILE_COL_MAJOR, kt.GATED_SPLIT)
-    print(f"defaults: row-major {default[0]}, column-major {default[1]}, split {default[2]}", flush=True)
+    default = (kt.GATED_MVUE_TILE_ROW_MAJOR, kt.GATED_MVUE_TILE_COL_MAJOR)
+    print(f"defaults (columns, warps, split): row-major {default[0]}, column-major {default[1]}", flush=True)
     try:
         for t, r, layout in ((8192, 8192, "col"), (16384, 4096, "col"), (8192, 16384, "col"), (8192, 8192, "row")):
             _sweep(t, r, layout)
     finally:
-        kt.GATED_MVUE_TILE_ROW_MAJOR, kt.GATED_MVUE_TILE_COL_MAJOR, kt.GATED_SPLIT = default
+        kt.GATED_MVUE_TILE_ROW_MAJOR, kt.GATED_MVUE_TILE_COL_MAJOR = default
 
 
 def _sweep(t: int, r: int, layout: str) -> None:

@@ -88,10 +88,10 @@ def cases() -> list:
         sig |= {"seed_ptr": "*i64", "r_tiles": "i32", "k": "i32", "up_off": "i32"}
         sig |= {name: "i32" for name in ("stride_zr", "stride_zc", "stride_gr", "stride_gc")}
         unit = {"stride_zc": 1, "stride_gc": 1} if row_major else {"stride_zr": 1, "stride_gr": 1}
-        cx = {"BK": tile[0], "ROW_MAJOR": row_major, "ACT": 1, "BF16": True, "SPLIT": pk.GATED_SPLIT, **unit}
+        cx = {"BK": tile[0], "ROW_MAJOR": row_major, "ACT": 1, "BF16": True, "SPLIT": tile[2], **unit}
         # one 64 x BK tile per program (SPLIT), else two: per element as for the others
-        tiles = 1 if pk.GATED_SPLIT else 2
-        out.append((f"gated_bwd_mvue_pack row_major={row_major}", pk._gated_bwd_mvue_pack_kernel, sig, cx, tile, tiles))
+        name = f"gated_bwd_mvue_pack row_major={row_major} split={tile[2]}"
+        out.append((name, pk._gated_bwd_mvue_pack_kernel, sig, cx, tile[:2], 1 if tile[2] else 2))
     return out
 
 

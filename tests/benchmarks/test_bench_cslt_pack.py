@@ -1,5 +1,6 @@
 """cuSPARSELt operand packing (kernels.cslt_pack) at the figure6 FFN shapes (d = 2048, 8192 tokens):
-the MVUE'd gradient [4d, T], the fused MVUE + transpose + pack of dH [T, 4d], and the weight pair
+the MVUE'd gradient [4d, T], the fused MVUE + transpose + pack of dH [T, 4d] (after GELU's or a
+gated activation's backward), and the weight pair
 (W and W^T from a float32 master weight and its transposable mask). Checked before timing: equal
 to the plain-PyTorch reference packing (and, on a GPU, to torch._cslt_compress) bit for bit."""
 
@@ -23,6 +24,7 @@ BF = torch.bfloat16
 # (id, (rows, cols) on a GPU, tiny on CPU)
 GRAD = [("grad-8192x8192", (8192, 8192), (64, 128))]
 WEIGHT = [("weight-8192x2048", (8192, 2048), (128, 64))]
+GATED_GRAD = [("grad-8192x8192", (8192, 8192), (128, 64))]  # rows = 2r, r % 64 == 0
 
 
 def _rand24(m: int, k: int, gen: torch.Generator) -> torch.Tensor:
@@ -99,6 +101,24 @@ def test_cslt_gelu_backward_mvue_pack_t(benchmark, shape, copy_gbps):
     assert _same(out, cslt_pack_mvue_t(dh, seed.fill_(5)), n, t)
     nbytes = 3 * h.numel() * 2 + packed_numel(n, t) * 2  # read H, dA; write dH and the operand
     run_benchmark(benchmark, lambda: cslt_gelu_backward_mvue_pack_t(h, g, seed), nbytes=nbytes, copy_gbps=copy_gbps)
+
+
+@pytest.mark.parametrize("shape", paper_params(GATED_GRAD))
+def test_cslt_gated_backward_mvue_pack_t(benchmark, shape, copy_gbps):
+    """A GEGLU fst FFN's dZ: the gated backward and MVUE + pack of dZ^T [2r, T] in one pass,
+    from column-major Z = [gate, up] and dA (r = half the rows of the GRAD shape)."""
+    from kernels.cslt_pack import cslt_gated_backward_mvue_pack_t
+
+    n, t = shape
+    gen = torch.Generator(device=DEVICE).manual_seed(6)
+    z = torch.randn(n, t, device=DEVICE, generator=gen).to(BF).t()
+    g = torch.randn(n // 2, t, device=DEVICE, generator=gen).to(BF).t()
+    seed = torch.tensor([5], dtype=torch.int64, device=DEVICE)
+    dz, out = cslt_gated_backward_mvue_pack_t(z, g, seed.fill_(5), "geglu", "tanh")
+    assert _same(out, cslt_pack_mvue_t(dz, seed.fill_(5)), n, t)
+    nbytes = (2 * z.numel() + g.numel()) * 2 + packed_numel(n, t) * 2  # read Z, dA; write dZ and the operand
+    run = lambda: cslt_gated_backward_mvue_pack_t(z, g, seed, "geglu", "tanh")  # noqa: E731
+    run_benchmark(benchmark, run, nbytes=nbytes, copy_gbps=copy_gbps)
 
 
 @pytest.mark.parametrize("shape", paper_params(WEIGHT))
