@@ -504,6 +504,37 @@ def mvue_pack_into(a: torch.Tensor, seed: torch.Tensor, out: torch.Tensor) -> No
 
 
 @triton.jit
+def _store_and_pack(
+    v,
+    ptrs,
+    inb,
+    rt,
+    c0,
+    m,
+    k,
+    out32_ptr,
+    meta_ptr,
+    seed_ptr,
+    BK: tl.constexpr,
+    ROW_MAJOR: tl.constexpr,
+    BF16: tl.constexpr,
+    EVEN_M: tl.constexpr,
+):
+    """Store the fp32 tile ``v`` (laid out along A's contiguous axis, in bounds where ``inb``)
+    rounded to the 16-bit dtype at ``ptrs``, and MVUE-pack what was stored as row tile ``rt`` of
+    A [m, k]: the tail of every activation backward fused with the pack."""
+    v16 = v.to(ptrs.dtype.element_ty)
+    if EVEN_M:
+        tl.store(ptrs, v16)
+    else:
+        tl.store(ptrs, v16, mask=inb)
+    x = v16.to(tl.float32)
+    if not ROW_MAJOR:
+        x = tl.trans(x)
+    _mvue_pack_tile(x, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, BF16, EVEN_M)
+
+
+@triton.jit
 def _act_bwd_mvue_pack_kernel(
     h_ptr,
     g_ptr,
@@ -529,12 +560,9 @@ def _act_bwd_mvue_pack_kernel(
     h = tl.load(h_ptr + offs, mask=inb, other=0.0).to(tl.float32)
     gr = tl.load(g_ptr + offs, mask=inb, other=0.0).to(tl.float32)
     _, dact = _act_and_grad(h, ACT)
-    dh = (gr * dact).to(dh_ptr.dtype.element_ty)
-    tl.store(dh_ptr + offs, dh, mask=inb)
-    x = dh.to(tl.float32)
-    if not ROW_MAJOR:
-        x = tl.trans(x)
-    _mvue_pack_tile(x, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, BF16, EVEN_M)
+    _store_and_pack(
+        gr * dact, dh_ptr + offs, inb, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, ROW_MAJOR, BF16, EVEN_M
+    )
 
 
 def act_bwd_mvue_pack_t_into(
@@ -604,28 +632,20 @@ def _gated_bwd_mvue_pack_kernel(
     if half == 0:
         u = tl.load(z_ptr + offs + up_off).to(tl.float32)
         act, dact = _act_and_grad(gate, ACT)
-        _store_and_pack(d * u * dact, dz_ptr + offs, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, ROW_MAJOR, BF16)
+        _store_and_pack(
+            d * u * dact, dz_ptr + offs, z_inb, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, ROW_MAJOR, BF16, True
+        )
         if not SPLIT:
             up, rt_up = dz_ptr + offs + up_off, rt + r_tiles
-            _store_and_pack(d * act, up, rt_up, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, ROW_MAJOR, BF16)
+            _store_and_pack(
+                d * act, up, z_inb, rt_up, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, ROW_MAJOR, BF16, True
+            )
     else:
         act_up, dact_up = _act_and_grad(gate, ACT)
         up, rt_up = dz_ptr + offs + up_off, rt + r_tiles
-        _store_and_pack(d * act_up, up, rt_up, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, ROW_MAJOR, BF16)
-
-
-@triton.jit
-def _store_and_pack(
-    v, ptrs, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK: tl.constexpr, ROW_MAJOR: tl.constexpr, BF16: tl.constexpr
-):
-    """Store the fp32 tile ``v`` (laid out along A's contiguous axis) rounded to the 16-bit dtype
-    at ``ptrs``, and MVUE-pack what was stored as row tile ``rt`` of A [m, k]."""
-    v16 = v.to(ptrs.dtype.element_ty)
-    tl.store(ptrs, v16)
-    x = v16.to(tl.float32)
-    if not ROW_MAJOR:
-        x = tl.trans(x)
-    _mvue_pack_tile(x, rt, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, BF16, True)
+        _store_and_pack(
+            d * act_up, up, z_inb, rt_up, c0, m, k, out32_ptr, meta_ptr, seed_ptr, BK, ROW_MAJOR, BF16, True
+        )
 
 
 def gated_bwd_mvue_pack_t_into(
