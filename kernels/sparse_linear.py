@@ -128,8 +128,9 @@ class GradHandoff:
     """A slot, one per forward of an fst layer, through which the module that consumes the layer's
     output may hand the layer's backward its weight-gradient operand already packed: packed
     MVUE(dY^T), computed together with dY itself (``kernels.sparse_activation.fst_gelu`` and
-    ``fst_gated``: the GELU or GEGLU/SwiGLU backward fused with the pack). The backward uses it only for the very tensor it was
-    made from (same storage, shape, strides and version), else packs dY itself."""
+    ``fst_gated``: the GELU or GEGLU/SwiGLU backward fused with the pack). The backward uses it
+    only for the very tensor it was made from (same storage, shape, strides and version), else
+    packs dY itself."""
 
     __slots__ = ("plan", "layer_seed", "_key", "_packed")
 

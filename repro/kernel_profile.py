@@ -27,8 +27,17 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
     ("casts", r"copy|_to_copy|convert"),
 )
 REST = "the rest"
-ORDER: tuple[str, ...] = tuple(c for c, _ in CATEGORIES) + (REST,)
-"""Categories in the order a breakdown lists them (stacked bars, tables)."""
+ORDER: tuple[str, ...] = (
+    "GEMMs",
+    "activation",
+    "activation bwd + MVUE pack (fused)",
+    "MVUE pack",
+    "weight refresh (prune + pack)",
+    "masked decay + grad cast",
+    "casts",
+    REST,
+)
+"""Every category, in the order a breakdown lists them (stacked bars, tables): the GEMMs first."""
 
 _COMPILED = tuple((c, re.compile(p, re.IGNORECASE)) for c, p in CATEGORIES)
 

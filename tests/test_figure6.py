@@ -82,3 +82,37 @@ def test_compare_gives_a_blocks_ffn_share_and_the_bound_it_implies():
     assert row["block_bound_from_ffn"] == pytest.approx(1.0 / (0.5 + 0.5 / 1.25))
     assert t[t["method"] == "half"]["ffn_share"].isna().all()  # fst rows only
     assert t[(t["d"] == 1024)]["ffn_share"].isna().all()  # no FFN of that d and token count
+
+
+def _kernel_rows(shape: str, method: str, cats: dict[str, float], graph: float) -> pd.DataFrame:
+    row = {"shape": shape, "method": method}
+    rows = [row | {"metric": "kernel_time", "variant": c, "value": v} for c, v in cats.items()]
+    rows.append(row | {"metric": "kernel_time_total", "variant": "", "value": sum(cats.values())})
+    rows.append(row | {"metric": "graph_time", "variant": "", "value": graph})
+    return pd.DataFrame(rows)
+
+
+def test_kernel_breakdown_lists_every_category_and_the_gap(tmp_path):
+    """Per shape and method: ms per category (0 where none ran), the gap between the graph replay
+    and the kernels' sum (negative when the replay is faster than the eager kernels), and the
+    figure draws with the breakdown panel and without it."""
+    from repro.kernel_profile import ORDER
+
+    shape = "ffn/d=2048/n=2048/N=4"
+    df = pd.concat(
+        [
+            _kernel_rows(shape, "dense", {"GEMMs": 2.0, "activation": 0.25, "casts": 0.125}, 2.5),
+            _kernel_rows(shape, "fst", {"GEMMs": 1.5, "MVUE pack": 0.125, "activation": 0.125}, 1.625),
+        ]
+    )
+    kb = figure6.kernel_breakdown(df).set_index("method")
+    assert list(kb.columns) == ["d", "n", "N", *ORDER, "gap", "graph_ms"]
+    assert kb.loc["dense", "GEMMs"] == 2.0 and kb.loc["dense", "MVUE pack"] == 0.0
+    assert kb.loc["dense", "gap"] == pytest.approx(0.125) and kb.loc["fst", "gap"] == pytest.approx(-0.125)
+    assert (kb.loc["fst", "d"], kb.loc["fst", "N"]) == (2048, 4)
+    speed = result_frame(shape, [("fst", "speedup_vs_dense", 1.3)])
+    meta = {"device": "nvidia-h100-80gb-hbm3", "profile": "full"}
+    for frame, name in ((pd.concat([df, speed]), "with"), (speed, "without")):
+        paths = figure6.plot(frame.assign(**meta), tmp_path / name)
+        assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
+    assert figure6.kernel_breakdown(speed).empty
