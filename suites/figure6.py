@@ -383,7 +383,7 @@ def _plot_breakdown(ax, kb: pd.DataFrame) -> None:
             bottom = 0.0
             for part in parts:
                 h = float(g.loc[method, part]) / ref
-                label = None if part in labelled else part
+                label = None if part in labelled else ("graph replay - kernels" if part == "gap" else part)
                 labelled.add(part)
                 ax.bar(i + off, h, width=0.36, bottom=bottom, color=colors[part], label=label)
                 bottom += h
