@@ -1,6 +1,6 @@
 """Where a call's device time goes: the CUDA kernels of one call, recorded with ``torch.profiler``
-after warm-up and summed by category (GEMMs, weight refresh, MVUE packs, activation, masked decay,
-casts, the rest).
+after warm-up and summed by category (GEMMs, attention, activation, weight refresh, MVUE packs,
+masked decay, casts, norms, loss, embedding, optimizer, the rest).
 
 Why a profile and not one timing per part: the parts of a training step are many small kernels
 whose sum, set beside the call's graph-replay time, shows what is left (launch gaps); timing each
@@ -22,19 +22,29 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
     ("MVUE pack", r"_mvue_pack_kernel|mvue"),
     ("weight refresh (prune + pack)", r"_repack_pair_values_kernel|_pack_kernel|compress|transposable"),
     ("masked decay + grad cast", r"_decay_cast_pruned_kernel|masked_decay"),
+    ("attention", r"flash|fmha|attention|sdpa"),
     ("GEMMs", r"gemm|nvjet|xmma|cutlass|cublas|sparse_mm|spmma|sm\d+_.*(tensorop|hmma|s16816|gmma)"),
     ("activation", r"gelu|geglu|silu|_fwd_flat_kernel|_bwd_flat_kernel|_rows_kernel"),
+    ("layer norm", r"layer_norm|layernorm|GammaBeta"),
+    ("loss (softmax, cross-entropy)", r"softmax|nll_loss|cross_entropy"),
+    ("embedding", r"embedding|index_select|indexSelect|indexing_backward|index_put"),
+    ("optimizer + grad clipping", r"multi_tensor_apply|adam|foreach|lpnorm|_amp_"),
     ("casts", r"copy|_to_copy|convert"),
 )
 REST = "the rest"
 ORDER: tuple[str, ...] = (
     "GEMMs",
+    "attention",
     "activation",
     "activation bwd + MVUE pack (fused)",
     "MVUE pack",
     "weight refresh (prune + pack)",
     "masked decay + grad cast",
     "casts",
+    "layer norm",
+    "loss (softmax, cross-entropy)",
+    "embedding",
+    "optimizer + grad clipping",
     REST,
 )
 """Every category, in the order a breakdown lists them (stacked bars, tables): the GEMMs first."""

@@ -36,6 +36,7 @@ from repro.models.gpt2 import GPT2Config, block, mlp
 from repro.paper import load_paper
 from repro.plots import new_figure, save
 from repro.suite import RunContext
+from suites import _kernel_breakdown as kernel_breakdown_rows
 from suites._training_bench import (
     AMP_DTYPE,
     CEILING,
@@ -79,7 +80,6 @@ SMOKE = {
 }
 SMOKE_N = 32
 TOL = {"out": 2e-2, "dx": 3e-2}  # bf16 module vs float32 masked twin
-KERNEL_TIMER = "torch.profiler-eager-1call"  # kernel durations of one eager call after warm-up
 
 
 def _cfg(d: int, n: int) -> GPT2Config:
@@ -241,29 +241,21 @@ def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
 
 def _kernel_breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
     """Where the FFN's fwd+bwd time goes, dense and fst: the device kernels of one eager call by
-    category (``repro.kernel_profile``: GEMMs, weight refresh, MVUE packs, activation, masked decay,
-    casts, the rest), and the graph-replay time of the same module beside their sum (the gap:
-    what the replay spends outside kernels, or kernels running faster or slower replayed)."""
-    from repro.kernel_profile import by_category, kernel_times
-
+    category beside the graph-replay time of the same module (``suites._kernel_breakdown``)."""
     gen = torch.Generator(device=ctx.device).manual_seed(1)
     x = torch.randn(batch, n, d, device=ctx.device, dtype=AMP_DTYPE, generator=gen).requires_grad_(True)
     dy = torch.randn(batch, n, d, device=ctx.device, dtype=AMP_DTYPE, generator=gen) * 0.1
     shape = f"ffn/d={d}/n={n}/N={batch}"
-    add = partial(ctx.results.add, shape=shape, dtype=_dtype_label(ctx.device), verified=True, unit="ms")
+    add = partial(ctx.results.add, shape=shape, dtype=_dtype_label(ctx.device), verified=True)
     for mode in ("dense", "fst"):
         torch.manual_seed(0)
         mod = _build("ffn", _cfg(d, n), mode, ctx.device)
         call = fwd_bwd(mod, x, dy)
-        cats = by_category(kernel_times(call, ctx.device))
+        cats = kernel_breakdown_rows.profile(call, ctx.device)
         graph = ctx.time(call)
-        for cat, ms in cats.items():
-            add(method=mode, metric="kernel_time", variant=cat, value=ms, timer=KERNEL_TIMER)
-        total = sum(cats.values())
-        add(method=mode, metric="kernel_time_total", value=total, timer=KERNEL_TIMER)
-        add(method=mode, metric="graph_time", value=graph.ms, timer=graph.timer)
+        kernel_breakdown_rows.record(add, mode, cats, graph.ms, graph.timer)
         parts = ", ".join(f"{c} {ms:.3f}" for c, ms in cats.items() if ms > 0)
-        ctx.log(f"   kernels {shape} {mode}: {parts}; sum {total:.3f} ms, graph replay {graph.ms:.3f} ms")
+        ctx.log(f"   kernels {shape} {mode}: {parts}; sum {sum(cats.values()):.3f} ms, graph replay {graph.ms:.3f} ms")
         del mod
 
 
@@ -346,54 +338,11 @@ def _ffn_by_tokens(df: pd.DataFrame) -> dict[tuple[int, int], tuple[float, float
 
 
 def kernel_breakdown(df: pd.DataFrame) -> pd.DataFrame:
-    """Where the FFN's fwd+bwd time goes (``_kernel_breakdown`` rows): per shape and method, ms
-    per kernel category, ``gap`` = graph-replay time minus the kernels' sum, and ``graph_ms``."""
-    from repro.kernel_profile import ORDER
-
-    k = df[df["metric"].isin(["kernel_time", "kernel_time_total", "graph_time"])]
-    rows = []
-    for (shape, method), g in k.groupby(["shape", "method"], sort=False):
-        info = _parse(shape)
-        cats = g[g["metric"] == "kernel_time"].set_index("variant")["value"]
-        total = float(g.loc[g["metric"] == "kernel_time_total", "value"].iloc[0])
-        graph = float(g.loc[g["metric"] == "graph_time", "value"].iloc[0])
-        row = {"d": info["d"], "n": info["n"], "N": info["N"], "method": method}
-        row |= {c: float(cats.get(c, 0.0)) for c in ORDER}
-        rows.append(row | {"gap": graph - total, "graph_ms": graph})
-    cols = ["d", "n", "N", "method", *ORDER, "gap", "graph_ms"]
-    return pd.DataFrame(rows, columns=cols).sort_values(["d", "method"]).reset_index(drop=True)
-
-
-def _plot_breakdown(ax, kb: pd.DataFrame) -> None:
-    """Stacked bars, dense and fst side by side per d, as shares of the dense graph-replay time."""
-    from repro.kernel_profile import ORDER
-
-    parts = [*ORDER, "gap"]
-    colors = dict(zip(parts, [f"C{i}" for i in range(len(parts))], strict=True))
-    ds = sorted(kb["d"].unique())
-    labelled: set[str] = set()
-    for i, d in enumerate(ds):
-        g = kb[kb["d"] == d].set_index("method")
-        if "dense" not in g.index:
-            continue
-        ref = float(g.loc["dense", "graph_ms"])
-        for off, method in ((-0.2, "dense"), (0.2, "fst")):
-            if method not in g.index:
-                continue
-            bottom = 0.0
-            for part in parts:
-                h = float(g.loc[method, part]) / ref
-                label = None if part in labelled else ("graph replay - kernels" if part == "gap" else part)
-                labelled.add(part)
-                ax.bar(i + off, h, width=0.36, bottom=bottom, color=colors[part], label=label)
-                bottom += h
-            ax.text(i + off, bottom + 0.01, method[0].upper(), ha="center", va="bottom", fontsize=6)
-    ax.set_xticks(range(len(ds)), [str(d) for d in ds])
-    ax.set_xlabel("d (D = dense, F = fst)")
-    ax.set_ylabel("share of dense fwd+bwd time")
-    N = int(kb["N"].iloc[0])
-    ax.set_title(f"FFN: where time goes, N={N}")
-    ax.legend(fontsize=5, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, frameon=False)
+    """Where the FFN's fwd+bwd time goes (``suites._kernel_breakdown.table`` with d, n, N)."""
+    kb = kernel_breakdown_rows.table(df)
+    info = pd.DataFrame([_parse(s) for s in kb["shape"]], columns=["d", "n", "N"], index=kb.index)
+    kb = pd.concat([info, kb.drop(columns="shape")], axis=1)
+    return kb.sort_values(["d", "method"]).reset_index(drop=True)
 
 
 def summary(df: pd.DataFrame) -> str:
@@ -414,11 +363,14 @@ def summary(df: pd.DataFrame) -> str:
 
 def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
     t = compare(df)
-    kb = kernel_breakdown(df)
+    kt = kernel_breakdown_rows.table(df)
     panels = [("ffn", None)] + [("block", n) for n in sorted(t.loc[t["kind"] == "block", "n"].unique(), reverse=True)]
-    fig, axes = new_figure(ncols=max(1, len(panels)) + (not kb.empty), width=4.0)
-    if not kb.empty:  # the first panel: where the FFN's time goes
-        _plot_breakdown(axes.pop(0), kb)
+    fig, axes = new_figure(ncols=max(1, len(panels)) + (not kt.empty), width=4.0)
+    if not kt.empty:  # the first panel: where the FFN's time goes
+        shapes = sorted(kt["shape"].unique(), key=lambda sh: _parse(sh)["d"])
+        labels = [str(_parse(sh)["d"]) for sh in shapes]
+        title = f"FFN: where time goes, N={_parse(shapes[0])['N']}"
+        kernel_breakdown_rows.plot(axes.pop(0), kt, shapes, labels, "d", title)
     for ax, (kind, n) in zip(axes, panels, strict=False):
         sub = t[(t["kind"] == kind) & (t["method"] == "fst")]
         if n is not None:

@@ -15,6 +15,9 @@ optimizer unchanged): the most fst can reach here.
 
 Two builds of the same model can time differently, so the full profile builds and times every
 mode in 3 rounds and reports medians (speedup = ratio of the medians) with the per-round range.
+In the first round the dense and the fst step are also profiled kernel by kernel (one eager step
+after warm-up, ``suites._kernel_breakdown``): GEMMs, attention, activation, fst's packs and decay,
+norms, loss, embedding, optimizer, the rest, beside the replay time: where a step's time goes.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from repro.models.gpt2 import CONFIGS, GPT2Config, build_gpt2
 from repro.paper import load_paper
 from repro.plots import grouped_bars, new_figure, save
 from repro.suite import RunContext
+from suites import _kernel_breakdown as kernel_breakdown_rows
 from suites._training_bench import (
     CEILING,
     ceiling_refusal,
@@ -59,6 +63,7 @@ MODES = ("fst", "weight24", "srste", "half")
 ROUNDS = {"full": 3, "smoke": 1}  # fresh builds per model and mode: medians and ranges are reported
 SEQ = 1024
 LOSS_TOL = 2e-2
+PROFILED = ("dense", "fst")  # modes whose step is also profiled kernel by kernel (first round)
 
 
 def _config(name: str, profile: str) -> GPT2Config:
@@ -106,6 +111,21 @@ def _check_loss(ctx: RunContext, model: torch.nn.Module, cfg: GPT2Config, tokens
     return err
 
 
+def _profile_step(ctx: RunContext, step: _Step, shape: str, mode: str) -> dict[str, float] | None:
+    """Kernel time by category of one eager training step (``suites._kernel_breakdown``); None,
+    logged, where the eager steps do not fit in memory (the timing goes on without it)."""
+    try:
+        cats = kernel_breakdown_rows.profile(step, ctx.device)
+    except torch.cuda.OutOfMemoryError:
+        ctx.log(f"{shape} {mode}: out of GPU memory in the kernel profile, no breakdown")
+        return None
+    finally:
+        torch.cuda.empty_cache()
+    parts = ", ".join(f"{c} {ms:.1f}" for c, ms in cats.items() if ms >= 0.05)
+    ctx.log(f"   kernels {shape} {mode}: {parts}; sum {sum(cats.values()):.1f} ms")
+    return cats
+
+
 def _refresh_time(ctx: RunContext, model: torch.nn.Module) -> float:
     """Milliseconds of one mask refresh of every sparse FFN linear (done every mask_interval steps)."""
     layers = [m for m in sparse_layers(model) if m.mode != "srste"]
@@ -135,7 +155,12 @@ def _time_mode(
         if check and mode in ("fst", "weight24", "srste", CEILING):
             err = _check_loss(ctx, model, cfg, tokens, targets, shape)
             ctx.results.add(mode, shape, "bf16", "loss_rel_err_vs_masked_dense", err, "", verified=True)
+        # eager steps, before the graph's pool exists (the largest batches fit one of the two)
+        cats = _profile_step(ctx, step, shape, mode) if check and cuda and mode in PROFILED else None
         t = ctx.time(step)
+        if cats is not None:
+            add = partial(ctx.results.add, shape=shape, dtype="bf16", verified=True)
+            kernel_breakdown_rows.record(add, mode, cats, t.ms, t.timer)
         refresh = _refresh_time(ctx, model) if mode in ("fst", "weight24") else 0.0
         interval = next((m.mask_interval for m in sparse_layers(model)), 1)
         return t.ms, refresh, interval, t.timer
@@ -259,8 +284,15 @@ def summary(df: pd.DataFrame) -> str:
 
 def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
     t = compare(df)
-    fig, (ax,) = new_figure(ncols=1, width=7.0)
+    kt = kernel_breakdown_rows.table(df)
+    fig, axes = new_figure(ncols=1 + (not kt.empty), width=7.0)
+    ax = axes[0]
     labels = [f"{r.model}\nN={r.batch}" for r in t.itertuples()]
+    if not kt.empty:  # the second panel: where a step's time goes, dense beside fst
+        shapes = [sh for sh in df.loc[df["metric"] == "speedup_vs_dense", "shape"].unique() if sh in set(kt["shape"])]
+        names = [f"{sh.split('/')[0].removeprefix('gpt2-')}\n{sh.split('/')[1]}" for sh in shapes]
+        title = "training step: where time goes"
+        kernel_breakdown_rows.plot(axes[1], kt, shapes, names, "model, batch", title, legend="right")
     series = {m: list(t.get(f"{m}_speedup", pd.Series([float("nan")] * len(t)))) for m in MODES}
     series["fst GEMM-level ceiling"] = list(t.get("fst_gemm_ceiling", pd.Series([float("nan")] * len(t))))
     series["paper fst (RTX 3090)"] = list(t.get("paper_fst_speedup (RTX 3090)", pd.Series([float("nan")] * len(t))))

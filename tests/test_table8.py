@@ -3,6 +3,7 @@ scripted times, and the compare table built from stored rows."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from suites import table8
@@ -94,3 +95,22 @@ def test_a_mode_out_of_memory_is_left_out(monkeypatch):
     got = _measure(2).values()
     assert ("srste", "speedup_vs_dense") not in got and ("srste", "step_time") not in got
     assert got["fst", "speedup_vs_dense"] == pytest.approx(10.0 / 8.0)
+
+
+def test_plot_adds_the_step_breakdown_panel(tmp_path):
+    """With kernel_time rows (dense and fst of one shape) the figure gets a second panel."""
+    from repro.kernel_profile import ORDER
+    from suites import _kernel_breakdown as kbr
+
+    shape = "gpt2-774m/N=5/seq=1024"
+    rows = [{"shape": shape, "method": "fst", "metric": "speedup_vs_dense", "value": 1.05, "variant": ""}]
+    for method, gemm in (("dense", 60.0), ("fst", 55.0)):
+
+        def add(**kw: object) -> None:
+            rows.append({"shape": shape, "variant": "", **kw})
+
+        kbr.record(add, method, {c: (gemm if c == "GEMMs" else 1.0) for c in ORDER}, gemm + 15.0, "t")
+    df = pd.DataFrame(rows).assign(device="nvidia-h100-80gb-hbm3", profile="full")
+    paths = table8.plot(df, tmp_path / "t8")
+    assert all(p.stat().st_size > 0 for p in paths)
+    assert len(kbr.table(df)) == 2

@@ -1,0 +1,81 @@
+"""Where a training call's time goes, shared by figure6 (one FFN) and table8 (a whole step): the
+device kernels of one eager call by category (``repro.kernel_profile``) beside the graph-replay
+time of the same module, recorded as rows, read back as a table, drawn as stacked bars.
+
+Rows (unit ms): ``kernel_time`` (``variant`` = the category), ``kernel_time_total`` and
+``graph_time``; the table's ``gap`` is the replay time minus the kernels' sum."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import matplotlib
+import pandas as pd
+import torch
+
+from repro.kernel_profile import ORDER, by_category, kernel_times
+
+TIMER = "torch.profiler-eager-1call"  # kernel durations of one eager call after warm-up
+METRICS = ("kernel_time", "kernel_time_total", "graph_time")
+
+
+def profile(call: Callable[[], object], device: torch.device) -> dict[str, float]:
+    """Milliseconds per kernel category of one eager call of ``call`` (after warm-up calls)."""
+    return by_category(kernel_times(call, device))
+
+
+def record(add: Callable[..., None], method: str, cats: dict[str, float], graph_ms: float, timer: str) -> None:
+    """Add the rows of one profile through ``add`` (keyword arguments of ``Results.add`` other than
+    shape, dtype, verified); ``graph_ms`` is the same module's replay time, measured by ``timer``."""
+    for cat, ms in cats.items():
+        add(method=method, metric="kernel_time", variant=cat, value=ms, unit="ms", timer=TIMER)
+    add(method=method, metric="kernel_time_total", value=sum(cats.values()), unit="ms", timer=TIMER)
+    add(method=method, metric="graph_time", value=graph_ms, unit="ms", timer=timer)
+
+
+def table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per shape and method: ms per category (0 where none ran), ``gap`` and ``graph_ms``."""
+    k = df[df["metric"].isin(METRICS)]
+    rows = []
+    for (shape, method), g in k.groupby(["shape", "method"], sort=False):
+        cats = g[g["metric"] == "kernel_time"].set_index("variant")["value"]
+        total = float(g.loc[g["metric"] == "kernel_time_total", "value"].iloc[0])
+        graph = float(g.loc[g["metric"] == "graph_time", "value"].iloc[0])
+        row = {"shape": shape, "method": method} | {c: float(cats.get(c, 0.0)) for c in ORDER}
+        rows.append(row | {"gap": graph - total, "graph_ms": graph})
+    return pd.DataFrame(rows, columns=["shape", "method", *ORDER, "gap", "graph_ms"])
+
+
+def plot(
+    ax, kb: pd.DataFrame, shapes: Sequence[str], labels: Sequence[str], xlabel: str, title: str, legend: str = "below"
+) -> None:
+    """Stacked bars, dense (D) and fst (F) side by side per shape, as shares of the dense replay
+    time; categories that never ran are left out. ``legend``: "below" the panel or to its "right"."""
+    parts = [c for c in (*ORDER, "gap") if (kb[c].abs() > 0).any()]
+    palette = matplotlib.colormaps["tab20"].colors  # one fixed colour per category, in every figure
+    colors = {p: palette[i % len(palette)] for i, p in enumerate((*ORDER, "gap"))}
+    labelled: set[str] = set()
+    for i, shape in enumerate(shapes):
+        g = kb[kb["shape"] == shape].set_index("method")
+        if "dense" not in g.index:
+            continue
+        ref = float(g.loc["dense", "graph_ms"])
+        for off, method in ((-0.2, "dense"), (0.2, "fst")):
+            if method not in g.index:
+                continue
+            bottom = 0.0
+            for part in parts:
+                h = float(g.loc[method, part]) / ref
+                label = None if part in labelled else ("graph replay - kernels" if part == "gap" else part)
+                labelled.add(part)
+                ax.bar(i + off, h, width=0.36, bottom=bottom, color=colors[part], label=label)
+                bottom += h
+            ax.text(i + off, bottom + 0.01, method[0].upper(), ha="center", va="bottom", fontsize=6)
+    ax.set_xticks(range(len(shapes)), list(labels))
+    ax.set_xlabel(f"{xlabel} (D = dense, F = fst)")
+    ax.set_ylabel("share of dense time")
+    ax.set_title(title)
+    if legend == "right":
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    else:
+        ax.legend(fontsize=5, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, frameon=False)
