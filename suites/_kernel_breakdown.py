@@ -1,6 +1,7 @@
 """Where a training call's time goes, shared by figure6 (one FFN) and table8 (a whole step): the
 device kernels of one eager call by category (``repro.kernel_profile``) beside the graph-replay
-time of the same module, recorded as rows, read back as a table, drawn as stacked bars.
+time of the same module, recorded as rows, read back as a table, drawn as stacked bars with the
+replay time marked.
 
 Rows (unit ms): ``kernel_time`` (``variant`` = the category), ``kernel_time_total`` and
 ``graph_time``; the table's ``gap`` is the replay time minus the kernels' sum."""
@@ -49,11 +50,13 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
 def plot(
     ax, kb: pd.DataFrame, shapes: Sequence[str], labels: Sequence[str], xlabel: str, title: str, legend: str = "below"
 ) -> None:
-    """Stacked bars, dense (D) and fst (F) side by side per shape, as shares of the dense replay
-    time; categories that never ran are left out. ``legend``: "below" the panel or to its "right"."""
-    parts = [c for c in (*ORDER, "gap") if (kb[c].abs() > 0).any()]
+    """Stacked bars of the kernels by category, dense (D) and fst (F) side by side per shape, as
+    shares of the dense replay time; a black tick marks each module's own replay time (above the
+    stack where the replay spends time outside kernels, inside it where the replayed kernels run
+    faster than the eager ones). Categories that never ran are left out."""
+    parts = [c for c in ORDER if (kb[c].abs() > 0).any()]
     palette = matplotlib.colormaps["tab20"].colors  # one fixed colour per category, in every figure
-    colors = {p: palette[i % len(palette)] for i, p in enumerate((*ORDER, "gap"))}
+    colors = {p: palette[i % len(palette)] for i, p in enumerate(ORDER)}
     labelled: set[str] = set()
     for i, shape in enumerate(shapes):
         g = kb[kb["shape"] == shape].set_index("method")
@@ -66,14 +69,18 @@ def plot(
             bottom = 0.0
             for part in parts:
                 h = float(g.loc[method, part]) / ref
-                label = None if part in labelled else ("graph replay - kernels" if part == "gap" else part)
+                label = None if part in labelled else part
                 labelled.add(part)
                 ax.bar(i + off, h, width=0.36, bottom=bottom, color=colors[part], label=label)
                 bottom += h
-            ax.text(i + off, bottom + 0.01, method[0].upper(), ha="center", va="bottom", fontsize=6)
+            replay = float(g.loc[method, "graph_ms"]) / ref
+            tick = None if "replay" in labelled else "graph replay time"
+            labelled.add("replay")
+            ax.hlines(replay, i + off - 0.18, i + off + 0.18, color="black", lw=1.5, label=tick)
+            ax.text(i + off, max(bottom, replay) + 0.01, method[0].upper(), ha="center", va="bottom", fontsize=6)
     ax.set_xticks(range(len(shapes)), list(labels))
     ax.set_xlabel(f"{xlabel} (D = dense, F = fst)")
-    ax.set_ylabel("share of dense time")
+    ax.set_ylabel("share of dense replay time")
     ax.set_title(title)
     if legend == "right":
         ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)

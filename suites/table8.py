@@ -17,7 +17,7 @@ Two builds of the same model can time differently, so the full profile builds an
 mode in 3 rounds and reports medians (speedup = ratio of the medians) with the per-round range.
 In the first round the dense and the fst step are also profiled kernel by kernel (one eager step
 after warm-up, ``suites._kernel_breakdown``): GEMMs, attention, activation, fst's packs and decay,
-norms, loss, embedding, optimizer, the rest, beside the replay time: where a step's time goes.
+norms, loss, optimizer, the rest, beside the replay time: where a step's time goes.
 """
 
 from __future__ import annotations

@@ -41,5 +41,5 @@ def test_plot_draws_dense_beside_fst(tmp_path, legend):
     fig, (ax,) = new_figure(ncols=1)
     kbr.plot(ax, kbr.table(df), [shape], ["2048"], "d", "where time goes", legend=legend)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == ["GEMMs", "graph replay - kernels"]  # categories that never ran are left out
+    assert sorted(labels) == ["GEMMs", "graph replay time"]  # categories that never ran are left out
     assert all(p.stat().st_size > 0 for p in save(fig, tmp_path / legend))
