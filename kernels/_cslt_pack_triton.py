@@ -626,7 +626,7 @@ def _gated_bwd_mvue_pack_kernel(
         rt = tl.program_id(0)
         half = 0
     rt, c0, offs, z_inb = _tile_offsets_at(rt, m, stride_zr, stride_zc, BK, ROW_MAJOR, True)
-    g_rt, g_c0, goffs, g_inb = _tile_offsets_at(rt, m, stride_gr, stride_gc, BK, ROW_MAJOR, True)
+    g_rt, g_c0, goffs, g_inb = _tile_offsets_at(rt, r_tiles * 64, stride_gr, stride_gc, BK, ROW_MAJOR, True)
     gate = tl.load(z_ptr + offs).to(tl.float32)
     d = tl.load(g_ptr + goffs).to(tl.float32)
     if half == 0:

@@ -481,7 +481,7 @@ def cslt_gated_backward_mvue_pack_t(
     z = check_tensor("z", z, dtypes=PACK_DTYPES, ndim=2, finite=False)
     g = check_tensor("g", g, dtypes=(z.dtype,), ndim=2, finite=False)
     t, two_r = z.shape
-    if g.shape != (t, two_r // 2) or two_r % 2:
+    if g.shape != (t, two_r // 2):
         raise ValueError(
             f"g has shape {tuple(g.shape)}; for z of shape {tuple(z.shape)} it must be ({t}, {two_r // 2})"
         )

@@ -42,16 +42,19 @@ def _as_tokens(t: torch.Tensor) -> torch.Tensor | None:
     return t2 if t2.is_contiguous() or t2.t().is_contiguous() else None
 
 
-def _fusable(z2: torch.Tensor | None, g2: torch.Tensor | None) -> bool:
+def _fusable(z2: torch.Tensor | None, g2: torch.Tensor | None, width_multiple: int) -> bool:
+    """Whether the fused backward + pack takes the [T, n] views ``z2`` (the activation's input) and
+    ``g2`` (its output gradient): both exist, are 16-bit of one dtype and one orientation, T and n
+    are multiples of 64 and ``width_multiple``, and our packing layout holds on the device."""
     return (
         z2 is not None
         and g2 is not None
         and use_triton(z2)
-        and z2.stride() == g2.stride()
         and z2.dtype == g2.dtype
         and z2.dtype in (torch.float16, torch.bfloat16)
+        and (z2.stride(1) == 1) == (g2.stride(1) == 1)
         and z2.shape[0] % 64 == 0
-        and z2.shape[1] % 32 == 0
+        and z2.shape[1] % width_multiple == 0
         and layout_matches(z2.device, z2.dtype)
     )
 
@@ -69,7 +72,7 @@ class _FstGeluFn(torch.autograd.Function):
         (z,) = ctx.saved_tensors
         handoff: GradHandoff = ctx.handoff
         z2, g2 = _as_tokens(z), _as_tokens(g)
-        if _fusable(z2, g2):
+        if _fusable(z2, g2, 32) and z2.stride() == g2.stride():
             dh2, packed = cslt_gelu_backward_mvue_pack_t(z2, g2, handoff.layer_seed, ctx.approximate)
             handoff.offer(dh2, packed)
             return dh2.view(z.shape) if dh2.shape != z.shape else dh2, None, None
@@ -89,20 +92,6 @@ def fst_gelu(z: torch.Tensor, producer: nn.Module, approximate: str = "none") ->
     return _FstGeluFn.apply(z, approximate, handoff)
 
 
-def _fusable_gated(z2: torch.Tensor | None, g2: torch.Tensor | None) -> bool:
-    return (
-        z2 is not None
-        and g2 is not None
-        and use_triton(z2)
-        and z2.dtype == g2.dtype
-        and z2.dtype in (torch.float16, torch.bfloat16)
-        and z2.shape[0] % 64 == 0
-        and z2.shape[1] % 128 == 0
-        and (z2.is_contiguous() and g2.is_contiguous() or z2.t().is_contiguous() and g2.t().is_contiguous())
-        and layout_matches(z2.device, z2.dtype)
-    )
-
-
 class _FstGatedFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z: torch.Tensor, kind: str, approximate: str, handoff: GradHandoff) -> torch.Tensor:
@@ -110,6 +99,7 @@ class _FstGatedFn(torch.autograd.Function):
         out = geglu(z, approximate, check_finite=False) if kind == "geglu" else swiglu(z, check_finite=False)
         ctx.save_for_backward(z)
         ctx.kind, ctx.approximate, ctx.handoff = kind, approximate, handoff
+        ctx.act = _gated_act(kind, approximate)
         return out
 
     @staticmethod
@@ -122,14 +112,14 @@ class _FstGatedFn(torch.autograd.Function):
             z = z.contiguous()  # what kernels.geglu runs on
         g = _as_layout(g.to(z.dtype), col_major)  # as kernels.geglu's backward takes it
         z2, g2 = _as_tokens(z), _as_tokens(g)
-        if _fusable_gated(z2, g2):
+        if _fusable(z2, g2, 128):  # r % 64: each program packs whole 64-row tiles of both halves
             dz2, packed = cslt_gated_backward_mvue_pack_t(z2, g2, handoff.layer_seed, ctx.kind, ctx.approximate)
             handoff.offer(dz2, packed)
             return dz2.view(z.shape), None, None, None
         if not use_triton(z):
             return gated_backward_reference(z, g, ctx.kind, ctx.approximate), None, None, None
         dz = _empty(z, z.shape[-1], col_major)
-        _launch_bwd(z, g, dz, col_major, _gated_act(ctx.kind, ctx.approximate))
+        _launch_bwd(z, g, dz, col_major, ctx.act)
         return dz, None, None, None
 
 

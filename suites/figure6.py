@@ -95,6 +95,14 @@ def _dtype_label(device: torch.device) -> str:
     return "bf16-amp" if device.type == "cuda" else "fp32"
 
 
+def _inputs(device: torch.device, batch: int, n: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed input X (requiring its gradient) and output gradient dY of every timed call."""
+    gen = torch.Generator(device=device).manual_seed(1)
+    dt = _act_dtype(device)
+    x = torch.randn(batch, n, d, device=device, dtype=dt, generator=gen).requires_grad_(True)
+    return x, torch.randn(batch, n, d, device=device, dtype=dt, generator=gen) * 0.1
+
+
 def _build(kind: str, cfg: GPT2Config, mode: str, device: torch.device) -> torch.nn.Module:
     """The module in float32 (master weights; the timed call runs it under autocast), initialised
     on ``device`` itself (a d=4096 block takes seconds to initialise on the host)."""
@@ -114,10 +122,8 @@ def _measure(
     rows give the median over rounds (``fwd_bwd_time``, ``speedup_vs_dense``) and the range of the
     per-round times and ratios (``*_min``, ``*_max``). On an H100 two builds of the same module can
     differ by up to 8% in time (new allocations, a new graph), so a single build is one sample."""
-    gen = torch.Generator(device=ctx.device).manual_seed(1)
-    d, dt, label_dt = cfg.d_model, _act_dtype(ctx.device), _dtype_label(ctx.device)
-    x = torch.randn(batch, n, d, device=ctx.device, dtype=dt, generator=gen).requires_grad_(True)
-    dy = torch.randn(batch, n, d, device=ctx.device, dtype=dt, generator=gen) * 0.1
+    d, label_dt = cfg.d_model, _dtype_label(ctx.device)
+    x, dy = _inputs(ctx.device, batch, n, d)
     label = f"{kind} d={d} n={n} N={batch}"
     shape = f"{kind}/d={d}/n={n}/N={batch}"
     add = partial(ctx.results.add, shape=shape, dtype=label_dt, verified=True)
@@ -242,9 +248,7 @@ def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
 def _kernel_breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
     """Where the FFN's fwd+bwd time goes, dense and fst: the device kernels of one eager call by
     category beside the graph-replay time of the same module (``suites._kernel_breakdown``)."""
-    gen = torch.Generator(device=ctx.device).manual_seed(1)
-    x = torch.randn(batch, n, d, device=ctx.device, dtype=AMP_DTYPE, generator=gen).requires_grad_(True)
-    dy = torch.randn(batch, n, d, device=ctx.device, dtype=AMP_DTYPE, generator=gen) * 0.1
+    x, dy = _inputs(ctx.device, batch, n, d)
     shape = f"ffn/d={d}/n={n}/N={batch}"
     add = partial(ctx.results.add, shape=shape, dtype=_dtype_label(ctx.device), verified=True)
     for mode in ("dense", "fst"):
@@ -335,14 +339,6 @@ def _ffn_by_tokens(df: pd.DataFrame) -> dict[tuple[int, int], tuple[float, float
             info = _parse(shape)
             out[(info["d"], info["n"] * info["N"])] = (float(ms), float(fst[shape]))
     return out
-
-
-def kernel_breakdown(df: pd.DataFrame) -> pd.DataFrame:
-    """Where the FFN's fwd+bwd time goes (``suites._kernel_breakdown.table`` with d, n, N)."""
-    kb = kernel_breakdown_rows.table(df)
-    info = pd.DataFrame([_parse(s) for s in kb["shape"]], columns=["d", "n", "N"], index=kb.index)
-    kb = pd.concat([info, kb.drop(columns="shape")], axis=1)
-    return kb.sort_values(["d", "method"]).reset_index(drop=True)
 
 
 def summary(df: pd.DataFrame) -> str:

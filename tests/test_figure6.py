@@ -92,11 +92,10 @@ def _kernel_rows(shape: str, method: str, cats: dict[str, float], graph: float) 
     return pd.DataFrame(rows)
 
 
-def test_kernel_breakdown_lists_every_category_and_the_gap(tmp_path):
-    """Per shape and method: ms per category (0 where none ran), the gap between the graph replay
-    and the kernels' sum (negative when the replay is faster than the eager kernels), and the
-    figure draws with the breakdown panel and without it."""
-    from repro.kernel_profile import ORDER
+def test_plot_draws_the_kernel_breakdown_panel(tmp_path):
+    """With kernel_time rows (dense and fst of one FFN shape) the figure gets its breakdown panel,
+    read through suites._kernel_breakdown.table; without them, it draws as before."""
+    from suites import _kernel_breakdown as kbr
 
     shape = "ffn/d=2048/n=2048/N=4"
     df = pd.concat(
@@ -105,14 +104,11 @@ def test_kernel_breakdown_lists_every_category_and_the_gap(tmp_path):
             _kernel_rows(shape, "fst", {"GEMMs": 1.5, "MVUE pack": 0.125, "activation": 0.125}, 1.625),
         ]
     )
-    kb = figure6.kernel_breakdown(df).set_index("method")
-    assert list(kb.columns) == ["d", "n", "N", *ORDER, "gap", "graph_ms"]
-    assert kb.loc["dense", "GEMMs"] == 2.0 and kb.loc["dense", "MVUE pack"] == 0.0
-    assert kb.loc["dense", "gap"] == pytest.approx(0.125) and kb.loc["fst", "gap"] == pytest.approx(-0.125)
-    assert (kb.loc["fst", "d"], kb.loc["fst", "N"]) == (2048, 4)
+    kt = kbr.table(df).set_index("method")
+    assert kt.loc["dense", "gap"] == pytest.approx(0.125) and kt.loc["fst", "gap"] == pytest.approx(-0.125)
     speed = result_frame(shape, [("fst", "speedup_vs_dense", 1.3)])
     meta = {"device": "nvidia-h100-80gb-hbm3", "profile": "full"}
-    for frame, name in ((pd.concat([df, speed]), "with"), (speed, "without")):
+    for frame, name in ((pd.concat([df, speed]), "with"), (speed.assign(variant=""), "without")):
         paths = figure6.plot(frame.assign(**meta), tmp_path / name)
         assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
-    assert figure6.kernel_breakdown(speed).empty
+    assert kbr.table(speed.assign(variant="")).empty
