@@ -2,7 +2,7 @@
 # A GPU campaign in one call on a lent machine (device tool): install Snakemake from carried
 # wheels, run `snakemake TARGETS` (full profile), run the GPU-marked tests, optionally save a
 # benchmark baseline, and pack results, figures and logs into $OUT.
-#   usage: REPRO_GIT_COMMIT=<sha> TARGETS="table2 table3" [BENCH=1] bash scripts/gpu_run.sh
+#   usage: REPRO_GIT_COMMIT=<sha> TARGETS="table2 table3" [BENCH=1] [TESTS=0] bash scripts/gpu_run.sh
 # Everything produced comes back as $OUT/campaign.tar.gz (unpack it at the repo root).
 set -uo pipefail
 OUT=${OUT:-gpu_out}
@@ -18,7 +18,7 @@ python3 -m snakemake --version
 # shellcheck disable=SC2086
 python3 -m snakemake $TARGETS 2>&1 | tee "$OUT/snakemake.log"
 rc=$?
-TRITON_INTERPRET=0 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_sparse_gemm.py tests/test_masked_decay.py \
+[ "${TESTS:-1}" = 1 ] && TRITON_INTERPRET=0 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_sparse_gemm.py tests/test_masked_decay.py \
     tests/test_cslt_pack.py tests/test_sparse_linear.py tests/test_sparse_activation.py tests/test_mvue.py tests/test_geglu.py \
     2>&1 | tail -5 | tee -a "$OUT/snakemake.log"
 if [ "${BENCH:-0}" = 1 ]; then  # also save a pytest-benchmark baseline of this GPU

@@ -1,6 +1,6 @@
 """Hu et al. 2024, Table 8: end-to-end pre-training step speedup of GPT-2 124M, 350M and 774M with
 2:4 fully sparse training (``fst``) vs dense, at the paper's batch sizes (16, 16, 5; sequence 1024)
-and the largest that fits (56, 22, 12 on an 80 GB H100), with ``weight24``, ``srste`` and the
+and the largest that fits (60, 35, 23 on an 80 GB H100), with ``weight24``, ``srste`` and the
 iso-FLOP ``half`` baseline alongside.
 
 One training step = forward, loss, backward, gradient clipping, AdamW (bf16 autocast, float32
@@ -56,7 +56,7 @@ TITLE = "Hu et al. 2024 Table 8: GPT-2 end-to-end training-step speedup (2:4 fst
 # this suite runs it (check, eager step, graph capture): found by scripts/gpu_probe_max_batch.py
 # (results/tuning/h100_probe_max_batch.txt); on a GPU with less memory a mode that does not fit is
 # left out of that row, and logged
-FULL = {"gpt2-124m": (16, 56), "gpt2-350m": (16, 22), "gpt2-774m": (5, 12)}
+FULL = {"gpt2-124m": (16, 60), "gpt2-350m": (16, 35), "gpt2-774m": (5, 23)}
 SMOKE_CFG = GPT2Config(d_model=64, n_layer=2, n_head=4, vocab_size=256, seq_len=32)
 SMOKE = {"smoke-tiny": (2,)}
 MODES = ("fst", "weight24", "srste", "half")
