@@ -13,6 +13,7 @@ harness's writes. ``flush="write"`` reproduces do_bench's behaviour for comparis
 
 from __future__ import annotations
 
+import gc
 import statistics
 import sys
 import time
@@ -59,6 +60,19 @@ def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
         raise
     torch.cuda.synchronize()
     return graph
+
+
+def release_memory(device: torch.device) -> None:
+    """Free what a finished or failed build left behind. Reference cycles go first: an exception's
+    traceback and the frames it holds form one (a frame holds the exception that holds the frame),
+    and after an out-of-memory error it keeps the failed build's model, activations and captured
+    graph pool allocated until the garbage collector happens to run, so every later build fails too.
+    Call it after the ``except`` block that handled the error, not inside it. Then the allocator's
+    unused cached blocks go back to the device."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
 
 
 def out_of_memory_cause(e: BaseException) -> torch.cuda.OutOfMemoryError | None:

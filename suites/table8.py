@@ -34,6 +34,7 @@ from repro.models.gpt2 import CONFIGS, GPT2Config, build_gpt2
 from repro.paper import load_paper
 from repro.plots import grouped_bars, new_figure, save
 from repro.suite import RunContext
+from repro.timing import release_memory
 from suites import _kernel_breakdown as kernel_breakdown_rows
 from suites._training_bench import (
     CEILING,
@@ -114,13 +115,14 @@ def _check_loss(ctx: RunContext, model: torch.nn.Module, cfg: GPT2Config, tokens
 def _profile_step(ctx: RunContext, step: _Step, shape: str, mode: str) -> dict[str, float] | None:
     """Kernel time by category of one eager training step (``suites._kernel_breakdown``); None,
     logged, where the eager steps do not fit in memory (the timing goes on without it)."""
+    cats = None
     try:
         cats = kernel_breakdown_rows.profile(step, ctx.device)
     except torch.cuda.OutOfMemoryError:
         ctx.log(f"{shape} {mode}: out of GPU memory in the kernel profile, no breakdown")
+    release_memory(ctx.device)  # after the handled error: its traceback no longer holds memory
+    if cats is None:
         return None
-    finally:
-        torch.cuda.empty_cache()
     parts = ", ".join(f"{c} {ms:.1f}" for c, ms in cats.items() if ms >= 0.05)
     ctx.log(f"   kernels {shape} {mode}: {parts}; sum {sum(cats.values()):.1f} ms")
     return cats
@@ -145,32 +147,44 @@ def _time_mode(
     check: bool,
 ) -> tuple[float, float, int, str] | None:
     """Build ``mode``'s model, check its loss (``check``), time its captured step and its mask
-    refresh: (step ms, refresh ms, refresh interval, timer); None if it does not fit in memory."""
-    cuda = ctx.device.type == "cuda"
-    model = step = None
+    refresh: (step ms, refresh ms, refresh interval, timer); None if it does not fit in memory.
+    Whether it fits or not, its memory is given back before the next build (``release_memory``):
+    one out-of-memory error must not make every later mode fail."""
+    got = None
     try:
-        model = _model(cfg, mode, ctx.device)
-        step = _Step(model, tokens, targets, cuda)
-        step.loss()  # first forward: masks and cuSPARSELt algorithms
-        if check and mode in ("fst", "weight24", "srste", CEILING):
-            err = _check_loss(ctx, model, cfg, tokens, targets, shape)
-            ctx.results.add(mode, shape, "bf16", "loss_rel_err_vs_masked_dense", err, "", verified=True)
-        # eager steps, before the graph's pool exists (the largest batches fit one of the two)
-        cats = _profile_step(ctx, step, shape, mode) if check and cuda and mode in PROFILED else None
-        t = ctx.time(step)
-        if cats is not None:
-            add = partial(ctx.results.add, shape=shape, dtype="bf16", verified=True)
-            kernel_breakdown_rows.record(add, mode, cats, t.ms, t.timer)
-        refresh = _refresh_time(ctx, model) if mode in ("fst", "weight24") else 0.0
-        interval = next((m.mask_interval for m in sparse_layers(model)), 1)
-        return t.ms, refresh, interval, t.timer
+        got = _build_and_time(ctx, cfg, mode, tokens, targets, shape, check)
     except torch.cuda.OutOfMemoryError:
         ctx.log(f"{shape} {mode}: out of GPU memory, skipped")
-        return None
-    finally:
-        model = step = None
-        if cuda:
-            torch.cuda.empty_cache()
+    release_memory(ctx.device)  # after the except block, where the error's traceback is gone
+    return got
+
+
+def _build_and_time(
+    ctx: RunContext,
+    cfg: GPT2Config,
+    mode: str,
+    tokens: torch.Tensor,
+    targets: torch.Tensor,
+    shape: str,
+    check: bool,
+) -> tuple[float, float, int, str]:
+    """``_time_mode``'s work; the model and step live in this frame only."""
+    cuda = ctx.device.type == "cuda"
+    model = _model(cfg, mode, ctx.device)
+    step = _Step(model, tokens, targets, cuda)
+    step.loss()  # first forward: masks and cuSPARSELt algorithms
+    if check and mode in ("fst", "weight24", "srste", CEILING):
+        err = _check_loss(ctx, model, cfg, tokens, targets, shape)
+        ctx.results.add(mode, shape, "bf16", "loss_rel_err_vs_masked_dense", err, "", verified=True)
+    # eager steps, before the graph's pool exists (the largest batches fit one of the two)
+    cats = _profile_step(ctx, step, shape, mode) if check and cuda and mode in PROFILED else None
+    t = ctx.time(step)
+    if cats is not None:
+        add = partial(ctx.results.add, shape=shape, dtype="bf16", verified=True)
+        kernel_breakdown_rows.record(add, mode, cats, t.ms, t.timer)
+    refresh = _refresh_time(ctx, model) if mode in ("fst", "weight24") else 0.0
+    interval = next((m.mask_interval for m in sparse_layers(model)), 1)
+    return t.ms, refresh, interval, t.timer
 
 
 def run(ctx: RunContext) -> None:

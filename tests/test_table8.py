@@ -114,3 +114,66 @@ def test_plot_adds_the_step_breakdown_panel(tmp_path):
     paths = table8.plot(df, tmp_path / "t8")
     assert all(p.stat().st_size > 0 for p in paths)
     assert len(kbr.table(df)) == 2
+
+
+def test_a_build_that_runs_out_of_memory_leaves_nothing_behind(monkeypatch):
+    """An out-of-memory error inside a build is logged and the mode skipped, and the failed build's
+    objects are freed before the next build, also when its traceback forms a reference cycle (as
+    a frame that keeps the exception it raises does): on the H100 an uncollected failed build made
+    every later mode of the shape fail."""
+    import gc
+    import weakref
+
+    import torch
+
+    held = []
+
+    class Model:  # stands for the failed build's model, activations and graph pool
+        pass
+
+    def failing(ctx, cfg, mode, tokens, targets, shape, check):  # noqa: ANN001, ANN202
+        model = Model()
+        held.append(weakref.ref(model))
+        try:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (scripted)")
+        except torch.cuda.OutOfMemoryError as e:
+            err = e  # frame -> err -> traceback -> frame: a cycle that holds ``model``
+            raise err from None
+
+    monkeypatch.setattr(table8, "_build_and_time", failing)
+    gc.disable()  # only release_memory may collect
+    try:
+        ctx = ScriptedCtx([])
+        got = table8._time_mode(ctx, table8.SMOKE_CFG, "fst", None, None, "smoke/N=2", check=True)
+        assert got is None and "out of GPU memory, skipped" in ctx.msg
+        assert held[0]() is None
+    finally:
+        gc.enable()
+
+
+def test_ceiling_layers_of_one_shape_share_their_fixed_gradient_operand(monkeypatch):
+    """The ceiling layer's fixed [out, tokens] 2:4 operand is made once per shape and shared by
+    every layer of that shape, and lives only as long as a layer holds it."""
+    import gc
+
+    import torch
+
+    import kernels.sparse_gemm as sg
+    from suites._training_bench import _GRAD_OPERANDS, Gemm24Only
+
+    made = []
+
+    def pack(a, mask):  # noqa: ANN001, ANN202
+        made.append(a.shape)
+        return (a * mask).clone()
+
+    monkeypatch.setattr(sg, "pack_operand", pack)
+    a, b, c = Gemm24Only(64, 32), Gemm24Only(64, 32), Gemm24Only(32, 64)
+    dy32, dy64 = torch.randn(128, 32).bfloat16(), torch.randn(128, 64).bfloat16()
+    oa, ob, oc = a.grad_operand(dy32), b.grad_operand(dy32), c.grad_operand(dy64)
+    assert oa is ob and oc is not oa and made == [(32, 128), (64, 128)]
+    assert a.grad_operand(dy32) is oa and a.grad_operand(dy32[:64]) is not oa  # another token count
+    assert len(_GRAD_OPERANDS) == 3
+    del a, b, c, oa, ob, oc
+    gc.collect()
+    assert len(_GRAD_OPERANDS) == 0
