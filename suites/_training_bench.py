@@ -125,18 +125,6 @@ def fst_min_extra_bytes(d: int, f: int, tokens: int) -> int:
     return 6 * 2 * d * f + 3 * tokens * d + tokens * f
 
 
-def fst_decay_extra_bytes(d: int, f: int, tokens: int) -> int:
-    """What masked decay and the metadata add to ``fst_min_extra_bytes`` when the decay is applied
-    to the weight gradient before clipping and AdamW, as here (torch's fused AdamW; cuSPARSELt
-    through torch takes no C operand that could add it inside the GEMM): the pruned half of W,
-    written in the compute dtype by the weight refresh and read back by the gradient cast (1 + 1 B
-    per weight element; reading it from the fp32 master instead costs 4 B), W*M's metadata read by
-    that cast, and the metadata that the MVUE packs of dY and dH write (1/8 B per element each:
-    4 bits per group of 4). Launches are still left out: the bound stays a bound."""
-    w = 2 * d * f
-    return 2 * w + w // 8 + (tokens * d + tokens * f) // 8
-
-
 @torch.no_grad()
 def masked_dense_twin(module: nn.Module, build_dense: Callable[[], nn.Module]) -> nn.Module:
     """A dense float32 copy of ``module`` whose sparse linears' weights are multiplied by their

@@ -15,12 +15,10 @@ with fst's linears replaced by ``Gemm24Only`` (fst's 2:4 GEMMs in place, its per
 MVUE and masked decay removed): the most S can reach while attention, norms, activation and bias
 work stay as they are; and the fst bound, S if fst added to that ceiling only the bytes it cannot
 avoid (``fst_min_extra_bytes``: this step's packed weights, MVUE + pack of dY and dH) moved at the
-measured copy bandwidth, and the same with the bytes of masked decay and of the metadata as fst
-runs them here (``fst_decay_extra_bytes``: the decay is applied before clipping and AdamW). The
-breakdown itemizes what lies between fst and the ceiling: each part timed on its own (``part_*``
-rows), and the kernels of one dense and one fst fwd+bwd by category (``kernel_time`` rows,
-``repro.kernel_profile``: GEMMs, activation, packs, decay, casts, the rest) beside the
-graph-replay time of the same module (the first panel of the figure).
+measured copy bandwidth. The breakdown itemizes what lies between fst and the ceiling: each part
+timed on its own (``part_*`` rows), and the kernels of one dense and one fst fwd+bwd by category
+(``kernel_time`` rows, ``repro.kernel_profile``: GEMMs, activation, packs, decay, casts, the rest)
+beside the graph-replay time of the same module (the first panel of the figure).
 
 Two builds of the same module can time differently (up to 8% on an H100), so the full profile
 builds and times every module in 3 rounds and reports medians with the per-round range.
@@ -45,7 +43,6 @@ from suites._training_bench import (
     ceiling_refusal,
     check_against_twin,
     factory,
-    fst_decay_extra_bytes,
     fst_min_extra_bytes,
     fwd_bwd,
     mode_config,
@@ -168,14 +165,7 @@ def _measure(
         extra_ms = fst_min_extra_bytes(d, cfg.ffn_hidden, batch * n) / (ctx.ceilings.copy_gbps * 1e6)
         bound = ms["dense"] / (ms[CEILING] + extra_ms)
         add(method="fst", metric="fst_bound_speedup", value=bound, unit="x")
-        # the same with masked decay's and the metadata's bytes, as fst runs here
-        decay_ms = fst_decay_extra_bytes(d, cfg.ffn_hidden, batch * n) / (ctx.ceilings.copy_gbps * 1e6)
-        bound_decay = ms["dense"] / (ms[CEILING] + extra_ms + decay_ms)
-        add(method="fst", metric="fst_bound_decay_speedup", value=bound_decay, unit="x")
-        msg += (
-            f" (GEMM-level ceiling {ceiling:.2f}x{range_label(per_round[CEILING])}, fst bound {bound:.2f}x, "
-            f"{bound_decay:.2f}x with masked decay)"
-        )
+        msg += f" (GEMM-level ceiling {ceiling:.2f}x{range_label(per_round[CEILING])}, fst bound {bound:.2f}x)"
     ctx.log(msg)
     return ms
 
@@ -311,7 +301,6 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
     hi = df[df["metric"] == "speedup_vs_dense_max"].groupby(["shape", "method"])["value"].first().to_dict()
     ceil = df[df["metric"] == "gemm_ceiling_speedup"].groupby("shape")["value"].first().to_dict()
     bound = df[df["metric"] == "fst_bound_speedup"].groupby("shape")["value"].first().to_dict()
-    bound_decay = df[df["metric"] == "fst_bound_decay_speedup"].groupby("shape")["value"].first().to_dict()
     ffn = _ffn_by_tokens(df)
     dense_ms = df[(df["metric"] == "fwd_bwd_time") & (df["method"] == "dense")].groupby("shape")["value"].first()
     rows = []
@@ -324,7 +313,6 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
         row["speedup_max"] = hi.get((shape, method), float("nan"))
         row["gemm_ceiling"] = ceil.get(shape, float("nan")) if method == "fst" else float("nan")
         row["fst_bound"] = bound.get(shape, float("nan")) if method == "fst" else float("nan")
-        row["fst_bound_decay"] = bound_decay.get(shape, float("nan")) if method == "fst" else float("nan")
         # a block's FFN share of the dense time, and the block S that the FFN's own fst S allows
         share = amdahl = float("nan")
         got = ffn.get((info["d"], info["n"] * info["N"])) if info["kind"] == "block" and method == "fst" else None
@@ -363,10 +351,8 @@ def summary(df: pd.DataFrame) -> str:
         if not sub.empty:
             msg = f"fst {kind}: {sub['speedup'].min():.2f}-{sub['speedup'].max():.2f}x ({target}"
             c, b = sub["gemm_ceiling"].dropna(), sub["fst_bound"].dropna()
-            bd = sub["fst_bound_decay"].dropna()
             msg += f"; GEMM-level ceiling {c.min():.2f}-{c.max():.2f}x" if not c.empty else ""
-            msg += f"; fst bound {b.min():.2f}-{b.max():.2f}x" if not b.empty else ""
-            msg += f", {bd.min():.2f}-{bd.max():.2f}x with masked decay)" if not bd.empty else ")"
+            msg += f"; fst bound {b.min():.2f}-{b.max():.2f}x)" if not b.empty else ")"
             parts.append(msg)
     return "; ".join(parts) or "see page"
 
@@ -393,8 +379,6 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
                 ax.plot(g["N"], g["gemm_ceiling"], ls=":", color=line.get_color(), lw=0.9)
             if g["fst_bound"].notna().any():
                 ax.plot(g["N"], g["fst_bound"], ls="", marker="_", ms=9, color=line.get_color())
-            if g["fst_bound_decay"].notna().any():
-                ax.plot(g["N"], g["fst_bound_decay"], ls="", marker=".", ms=4, color=line.get_color())
         ax.axhline(1.0, color="grey", lw=0.8)
         paper = t.loc[t["kind"] == kind, "paper (RTX 3090)"].dropna()  # the paper's stated value (data)
         if not paper.empty:
@@ -404,7 +388,6 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
         ax.set_xlabel("batch size N")
         ax.plot([], [], ls=":", color="grey", label="GEMM-level ceiling")
         ax.plot([], [], ls="", marker="_", ms=9, color="grey", label="fst bound (ceiling + unavoidable bytes)")
-        ax.plot([], [], ls="", marker=".", ms=4, color="grey", label="fst bound with masked decay")
         ax.set_ylabel("S = dense / fst (fwd+bwd)")
         ax.set_title(f"FFN, n={FFN_N}" if kind == "ffn" else f"block, n={n}")
     # one legend, beside the last panel (inside, it hides the small-N points)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from suites import figure6
-from suites._training_bench import fst_decay_extra_bytes, fst_min_extra_bytes
+from suites._training_bench import fst_min_extra_bytes
 from tests.helpers import ScriptedCtx, result_frame
 
 
@@ -17,15 +17,6 @@ def test_min_extra_bytes_counts_weights_and_gradients():
     assert fst_min_extra_bytes(64, 256, 128) < fst_min_extra_bytes(64, 256, 256)
 
 
-def test_decay_extra_bytes_count_the_pruned_half_and_the_metadata():
-    # d=2048, f=8192, T=4096: the pruned half written and read back (2 B per weight element) and
-    # W*M's metadata (1/8 B) for 2 weights of d*f; the MVUE packs' metadata, 1/8 B per element of
-    # dY [T, d] and dH [T, f]
-    w = 2 * 2048 * 8192
-    assert fst_decay_extra_bytes(2048, 8192, 4096) == 2 * w + w // 8 + (4096 * 2048 + 4096 * 8192) // 8
-    assert fst_decay_extra_bytes(2048, 8192, 4096) == 76_546_048  # 25 us at 3 TB/s
-
-
 def test_compare_and_summary_carry_ceiling_and_bound():
     shape = "ffn/d=2048/n=2048/N=1"
     rows = [
@@ -33,17 +24,13 @@ def test_compare_and_summary_carry_ceiling_and_bound():
         ("weight24", "speedup_vs_dense", 0.97),
         ("fst", "gemm_ceiling_speedup", 1.31),
         ("fst", "fst_bound_speedup", 1.17),
-        ("fst", "fst_bound_decay_speedup", 1.15),
     ]
     df = result_frame(shape, rows)
     t = figure6.compare(df)
     fst = t[t["method"] == "fst"].iloc[0]
-    assert (fst["speedup"], fst["gemm_ceiling"], fst["fst_bound"], fst["fst_bound_decay"]) == (0.94, 1.31, 1.17, 1.15)
-    assert t[t["method"] == "weight24"][["fst_bound", "fst_bound_decay"]].isna().all().all()
-    assert "fst bound 1.17-1.17x, 1.15-1.15x with masked decay)" in figure6.summary(df)
-    # rows of runs before the decay bound existed: no decay bound, the summary says nothing of it
-    old = figure6.summary(df[df["metric"] != "fst_bound_decay_speedup"])
-    assert "fst bound 1.17-1.17x)" in old and "masked decay" not in old
+    assert (fst["speedup"], fst["gemm_ceiling"], fst["fst_bound"]) == (0.94, 1.31, 1.17)
+    assert t[t["method"] == "weight24"]["fst_bound"].isna().all()
+    assert "fst bound 1.17-1.17x" in figure6.summary(df)
 
 
 def test_compare_carries_the_range_over_rounds():
