@@ -150,41 +150,32 @@ def _time_mode(
     refresh: (step ms, refresh ms, refresh interval, timer); None if it does not fit in memory.
     Whether it fits or not, its memory is given back before the next build (``release_memory``):
     one out-of-memory error must not make every later mode fail."""
+    cuda = ctx.device.type == "cuda"
+
+    def build_and_time() -> tuple[float, float, int, str]:  # the model and step live in this frame only
+        model = _model(cfg, mode, ctx.device)
+        step = _Step(model, tokens, targets, cuda)
+        step.loss()  # first forward: masks and cuSPARSELt algorithms
+        if check and mode in ("fst", "weight24", "srste", CEILING):
+            err = _check_loss(ctx, model, cfg, tokens, targets, shape)
+            ctx.results.add(mode, shape, "bf16", "loss_rel_err_vs_masked_dense", err, "", verified=True)
+        # eager steps, before the graph's pool exists (the largest batches fit one of the two)
+        cats = _profile_step(ctx, step, shape, mode) if check and cuda and mode in PROFILED else None
+        t = ctx.time(step)
+        if cats is not None:
+            add = partial(ctx.results.add, shape=shape, dtype="bf16", verified=True)
+            kernel_breakdown_rows.record(add, mode, cats, t.ms, t.timer)
+        refresh = _refresh_time(ctx, model) if mode in ("fst", "weight24") else 0.0
+        interval = next((m.mask_interval for m in sparse_layers(model)), 1)
+        return t.ms, refresh, interval, t.timer
+
     got = None
     try:
-        got = _build_and_time(ctx, cfg, mode, tokens, targets, shape, check)
+        got = build_and_time()
     except torch.cuda.OutOfMemoryError:
         ctx.log(f"{shape} {mode}: out of GPU memory, skipped")
     release_memory(ctx.device)  # after the except block, where the error's traceback is gone
     return got
-
-
-def _build_and_time(
-    ctx: RunContext,
-    cfg: GPT2Config,
-    mode: str,
-    tokens: torch.Tensor,
-    targets: torch.Tensor,
-    shape: str,
-    check: bool,
-) -> tuple[float, float, int, str]:
-    """``_time_mode``'s work; the model and step live in this frame only."""
-    cuda = ctx.device.type == "cuda"
-    model = _model(cfg, mode, ctx.device)
-    step = _Step(model, tokens, targets, cuda)
-    step.loss()  # first forward: masks and cuSPARSELt algorithms
-    if check and mode in ("fst", "weight24", "srste", CEILING):
-        err = _check_loss(ctx, model, cfg, tokens, targets, shape)
-        ctx.results.add(mode, shape, "bf16", "loss_rel_err_vs_masked_dense", err, "", verified=True)
-    # eager steps, before the graph's pool exists (the largest batches fit one of the two)
-    cats = _profile_step(ctx, step, shape, mode) if check and cuda and mode in PROFILED else None
-    t = ctx.time(step)
-    if cats is not None:
-        add = partial(ctx.results.add, shape=shape, dtype="bf16", verified=True)
-        kernel_breakdown_rows.record(add, mode, cats, t.ms, t.timer)
-    refresh = _refresh_time(ctx, model) if mode in ("fst", "weight24") else 0.0
-    interval = next((m.mask_interval for m in sparse_layers(model)), 1)
-    return t.ms, refresh, interval, t.timer
 
 
 def run(ctx: RunContext) -> None:

@@ -131,7 +131,7 @@ def test_a_build_that_runs_out_of_memory_leaves_nothing_behind(monkeypatch):
     class Model:  # stands for the failed build's model, activations and graph pool
         pass
 
-    def failing(ctx, cfg, mode, tokens, targets, shape, check):  # noqa: ANN001, ANN202
+    def failing(cfg, mode, device):  # noqa: ANN001, ANN202
         model = Model()
         held.append(weakref.ref(model))
         try:
@@ -140,7 +140,7 @@ def test_a_build_that_runs_out_of_memory_leaves_nothing_behind(monkeypatch):
             err = e  # frame -> err -> traceback -> frame: a cycle that holds ``model``
             raise err from None
 
-    monkeypatch.setattr(table8, "_build_and_time", failing)
+    monkeypatch.setattr(table8, "_model", failing)
     gc.disable()  # only release_memory may collect
     try:
         ctx = ScriptedCtx([])
