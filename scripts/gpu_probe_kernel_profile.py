@@ -22,9 +22,7 @@ def main() -> None:
     shapes = [tuple(int(v) for v in a.split(":")) for a in sys.argv[1:]] or [(2048, 4)]
     n = figure6.FFN_N
     for d, batch in shapes:
-        gen = torch.Generator(device=DEV).manual_seed(1)
-        x = torch.randn(batch, n, d, device=DEV, dtype=torch.bfloat16, generator=gen).requires_grad_(True)
-        dy = torch.randn(batch, n, d, device=DEV, dtype=torch.bfloat16, generator=gen) * 0.1
+        x, dy = figure6._inputs(DEV, batch, n, d)  # the suite's own inputs
         for mode in ("dense", "fst"):
             mod = figure6._build("ffn", figure6._cfg(d, n), mode, DEV)
             call = fwd_bwd(mod, x, dy)

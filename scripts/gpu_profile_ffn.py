@@ -17,9 +17,7 @@ def main() -> None:
     d = int(sys.argv[1]) if len(sys.argv) > 1 else 2048
     batch = int(sys.argv[2]) if len(sys.argv) > 2 else 4
     n, dev = figure6.FFN_N, torch.device("cuda")
-    g = torch.Generator(device=dev).manual_seed(1)
-    x = torch.randn(batch, n, d, device=dev, dtype=torch.bfloat16, generator=g).requires_grad_(True)
-    dy = torch.randn(batch, n, d, device=dev, dtype=torch.bfloat16, generator=g) * 0.1
+    x, dy = figure6._inputs(dev, batch, n, d)  # the suite's own inputs
     for mode in ("dense", "fst"):
         mod = figure6._build("ffn", figure6._cfg(d, n), mode, dev)
         call = fwd_bwd(mod, x, dy)

@@ -49,6 +49,15 @@ def _handoff(seed: int = 3) -> GradHandoff:
     return GradHandoff(plan, torch.tensor([seed], dtype=torch.int64))
 
 
+def _assert_offers_pack_of(handoff: GradHandoff, dz2d: torch.Tensor, layer_seed: int, seed: int) -> None:
+    """The handoff carries the layer's seed and offers exactly cslt_pack_mvue_t(dz2d) with ``seed``."""
+    assert int(handoff.layer_seed) == layer_seed
+    packed = handoff.take(dz2d)
+    assert packed is not None
+    expect = cp_mod.cslt_pack_mvue_t(dz2d, torch.tensor([seed]))
+    assert torch.equal(packed.view(torch.int16), expect.view(torch.int16))
+
+
 def test_handoff_gives_the_operand_only_for_the_tensor_it_was_made_from():
     h = _handoff()
     assert h.wants_packed_grad
@@ -94,11 +103,7 @@ def test_backward_packs_and_offers(layout, monkeypatch):
     (dz,) = torch.autograd.grad(a, z, g)
     ref = torch.ops.aten.gelu_backward(g.double(), z.detach().double(), approximate="tanh")
     assert rel_err(dz, ref) < 5e-3 and dz.stride() == z.stride()
-    assert int(handoff.layer_seed) == 12
-    packed = handoff.take(dz.reshape(128, 96))
-    assert packed is not None
-    expect = cp_mod.cslt_pack_mvue_t(dz.reshape(128, 96), torch.tensor([11]))
-    assert torch.equal(packed.view(torch.int16), expect.view(torch.int16))
+    _assert_offers_pack_of(handoff, dz.reshape(128, 96), layer_seed=12, seed=11)
 
 
 def test_mismatched_gradient_layout_falls_back(monkeypatch):
@@ -240,11 +245,7 @@ def test_gated_backward_packs_and_offers(layout, kind, monkeypatch):
     (dz,) = torch.autograd.grad(a, z, g)
     ref = cp_mod.gated_backward_reference(z.detach().double(), g.double(), kind, "tanh")
     assert rel_err(dz, ref) < 5e-3 and dz.stride() == z.stride() and dz.shape == z.shape
-    assert int(handoff.layer_seed) == 22
-    packed = handoff.take(dz.reshape(128, 256))
-    assert packed is not None
-    expect = cp_mod.cslt_pack_mvue_t(dz.reshape(128, 256), torch.tensor([21]))
-    assert torch.equal(packed.view(torch.int16), expect.view(torch.int16))
+    _assert_offers_pack_of(handoff, dz.reshape(128, 256), layer_seed=22, seed=21)
 
 
 def test_gated_unfusable_shape_falls_back(monkeypatch):
