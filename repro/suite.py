@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -14,7 +15,7 @@ import torch
 from repro.provenance import REPO, device_slug
 from repro.results import ResultSet
 from repro.roofline import Ceilings, gbps
-from repro.timing import Timing, time_fn
+from repro.timing import Timing, time_fn, time_fn_kept
 
 
 class CorrectnessError(AssertionError):
@@ -37,6 +38,10 @@ class RunContext:
 
     def time(self, fn, graph: bool = True, **kw: float) -> Timing:
         return time_fn(fn, self.device, graph=graph, **kw)
+
+    def time_kept(self, fn, graph: bool = True, **kw: float) -> tuple[Timing, Callable[[], object]]:
+        """The timing and the call it timed (a graph's replay), for a profile of that same call."""
+        return time_fn_kept(fn, self.device, graph=graph, **kw)
 
     def check(self, ok: bool, what: str) -> None:
         """Stop the run (nothing written) unless ``ok``."""

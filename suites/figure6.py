@@ -246,17 +246,17 @@ def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
 
 
 def _kernel_breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
-    """Where the FFN's fwd+bwd time goes, dense and fst: the device kernels of one eager call by
-    category beside the graph-replay time of the same module (``suites._kernel_breakdown``)."""
+    """Where the FFN's fwd+bwd time goes, dense and fst: the device kernels of one replay of the
+    timed graph by category, beside its replay time (``suites._kernel_breakdown``)."""
     x, dy = _inputs(ctx.device, batch, n, d)
     shape = f"ffn/d={d}/n={n}/N={batch}"
     add = partial(ctx.results.add, shape=shape, dtype=_dtype_label(ctx.device), verified=True)
     for mode in ("dense", "fst"):
         torch.manual_seed(0)
         mod = _build("ffn", _cfg(d, n), mode, ctx.device)
-        call = fwd_bwd(mod, x, dy)
-        cats = kernel_breakdown_rows.profile(call, ctx.device)
-        graph = ctx.time(call)
+        graph, timed = ctx.time_kept(fwd_bwd(mod, x, dy))
+        cats = kernel_breakdown_rows.profile(timed, ctx.device)
+        del timed
         kernel_breakdown_rows.record(add, mode, cats, graph.ms, graph.timer)
         parts = ", ".join(f"{c} {ms:.3f}" for c, ms in cats.items() if ms > 0)
         ctx.log(f"   kernels {shape} {mode}: {parts}; sum {sum(cats.values()):.3f} ms, graph replay {graph.ms:.3f} ms")

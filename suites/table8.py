@@ -15,8 +15,8 @@ optimizer unchanged): the most fst can reach here.
 
 Two builds of the same model can time differently, so the full profile builds and times every
 mode in 3 rounds and reports medians (speedup = ratio of the medians) with the per-round range.
-In the first round the dense and the fst step are also profiled kernel by kernel (one eager step
-after warm-up, ``suites._kernel_breakdown``): GEMMs, attention, activation, fst's packs and decay,
+In the first round the dense and the fst step are also profiled kernel by kernel (one replay of
+the timed graph after warm-up, ``suites._kernel_breakdown``): GEMMs, attention, activation, fst's packs and decay,
 norms, loss, optimizer, the rest, beside the replay time: where a step's time goes.
 """
 
@@ -54,7 +54,7 @@ ARTIFACT = "table8"
 TITLE = "Hu et al. 2024 Table 8: GPT-2 end-to-end training-step speedup (2:4 fst vs dense)"
 
 # the paper's batch, and the largest batch whose step fits on an 80 GB H100 for every mode the way
-# this suite runs it (check, eager step, graph capture): found by scripts/gpu_probe_max_batch.py
+# this suite runs it (check, eager step, graph capture, a profiled replay): found by scripts/gpu_probe_max_batch.py
 # (results/tuning/h100_probe_max_batch.txt); on a GPU with less memory a mode that does not fit is
 # left out of that row, and logged
 FULL = {"gpt2-124m": (16, 60), "gpt2-350m": (16, 35), "gpt2-774m": (5, 23)}
@@ -112,12 +112,13 @@ def _check_loss(ctx: RunContext, model: torch.nn.Module, cfg: GPT2Config, tokens
     return err
 
 
-def _profile_step(ctx: RunContext, step: _Step, shape: str, mode: str) -> dict[str, float] | None:
-    """Kernel time by category of one eager training step (``suites._kernel_breakdown``); None,
-    logged, where the eager steps do not fit in memory (the timing goes on without it)."""
+def _profile_step(ctx: RunContext, call, shape: str, mode: str) -> dict[str, float] | None:
+    """Kernel time by category of one call of ``call``, the timed step (its graph's replay;
+    ``suites._kernel_breakdown``); None, logged, where that runs out of memory (the timing goes
+    on without it)."""
     cats = None
     try:
-        cats = kernel_breakdown_rows.profile(step, ctx.device)
+        cats = kernel_breakdown_rows.profile(call, ctx.device)
     except torch.cuda.OutOfMemoryError:
         ctx.log(f"{shape} {mode}: out of GPU memory in the kernel profile, no breakdown")
     release_memory(ctx.device)  # after the handled error: its traceback no longer holds memory
@@ -159,9 +160,10 @@ def _time_mode(
         if check and mode in ("fst", "weight24", "srste", CEILING):
             err = _check_loss(ctx, model, cfg, tokens, targets, shape)
             ctx.results.add(mode, shape, "bf16", "loss_rel_err_vs_masked_dense", err, "", verified=True)
-        # eager steps, before the graph's pool exists (the largest batches fit one of the two)
-        cats = _profile_step(ctx, step, shape, mode) if check and cuda and mode in PROFILED else None
-        t = ctx.time(step)
+        t, timed = ctx.time_kept(step)
+        # the kernels of the call that was timed: a replay of the same graph
+        cats = _profile_step(ctx, timed, shape, mode) if check and cuda and mode in PROFILED else None
+        del timed  # the graph and its pool
         if cats is not None:
             add = partial(ctx.results.add, shape=shape, dtype="bf16", verified=True)
             kernel_breakdown_rows.record(add, mode, cats, t.ms, t.timer)

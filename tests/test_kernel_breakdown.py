@@ -26,7 +26,7 @@ def test_recorded_rows_read_back_as_the_table():
     rows += _rows("gpt2-774m/N=5/seq=1024", "fst", {"GEMMs": 50.0, "attention": 20.0, "MVUE pack": 1.5}, 70.5)
     df = pd.DataFrame(rows)
     assert set(df["metric"]) == set(kbr.METRICS)
-    assert (df.loc[df["metric"] == "kernel_time", "timer"] == kbr.TIMER).all()
+    assert (df.loc[df["metric"] == "kernel_time", "timer"] == kbr.TIMER_REPLAY).all()  # a replay was timed
     kt = kbr.table(df).set_index("method")
     assert list(kt.columns) == ["shape", *ORDER, "gap", "graph_ms"]
     assert kt.loc["dense", "gap"] == pytest.approx(1.0) and kt.loc["fst", "gap"] == pytest.approx(-1.0)
@@ -43,3 +43,17 @@ def test_plot_draws_dense_beside_fst(tmp_path, legend):
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert sorted(labels) == ["GEMMs", "graph replay time"]  # categories that never ran are left out
     assert all(p.stat().st_size > 0 for p in save(fig, tmp_path / legend))
+
+
+def test_the_profile_is_labelled_by_what_was_timed():
+    """A graph-replay timing means the replay was profiled; a direct timing, an eager call."""
+    assert kbr.profile_timer("cuda-graph-events-readflush") == kbr.TIMER_REPLAY
+    assert kbr.profile_timer("cuda-events-readflush") == kbr.TIMER_EAGER
+    rows: list[dict] = []
+    kbr.record(lambda **kw: rows.append(kw), "dense", {"GEMMs": 1.0}, 1.2, "cuda-events-readflush")
+    timers = {r["metric"]: r["timer"] for r in rows}
+    assert timers == {
+        "kernel_time": kbr.TIMER_EAGER,
+        "kernel_time_total": kbr.TIMER_EAGER,
+        "graph_time": "cuda-events-readflush",
+    }

@@ -44,3 +44,34 @@ def test_time_gpu_falls_back_to_direct_timing_when_capture_is_refused(monkeypatc
     t = timing.time_gpu(lambda: None)
     assert (t.ms, t.timer) == (1.25, "cuda-events-readflush")
     assert timing._CAPTURE_BROKEN is True
+
+
+def test_time_gpu_kept_returns_the_call_it_timed(monkeypatch, no_cuda_calls):
+    """The kept call is the captured graph's replay (what was timed), or ``fn`` when capture is refused."""
+
+    class Graph:
+        def replay(self) -> None:
+            pass
+
+    graph = Graph()
+    timed = []
+
+    def bench(fn, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        timed.append(fn)
+        return 2.0
+
+    monkeypatch.setattr(timing, "bench_events", bench)
+    monkeypatch.setattr(timing, "capture_graph", lambda fn: graph)
+
+    def fn() -> None:
+        pass
+
+    t, call = timing.time_gpu_kept(fn)
+    assert call == graph.replay and timed == [call] and t.timer == "cuda-graph-events-readflush"
+
+    def refuse(fn):  # noqa: ANN001, ANN202
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(timing, "capture_graph", refuse)
+    t, call = timing.time_gpu_kept(fn)
+    assert call is fn and timed[-1] is fn and t.timer == "cuda-events-readflush"
