@@ -39,7 +39,9 @@ class RunContext:
     def time(self, fn, graph: bool = True, **kw: float) -> Timing:
         return time_fn(fn, self.device, graph=graph, **kw)
 
-    def time_kept(self, fn, graph: bool = True, **kw: float) -> tuple[Timing, Callable[[], object]]:
+    def time_kept(
+        self, fn: Callable[[], object], graph: bool = True, **kw: float
+    ) -> tuple[Timing, Callable[[], object]]:
         """The timing and the call it timed (a graph's replay), for a profile of that same call."""
         return time_fn_kept(fn, self.device, graph=graph, **kw)
 

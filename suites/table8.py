@@ -23,6 +23,7 @@ norms, loss, optimizer, the rest, beside the replay time: where a step's time go
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -112,7 +113,7 @@ def _check_loss(ctx: RunContext, model: torch.nn.Module, cfg: GPT2Config, tokens
     return err
 
 
-def _profile_step(ctx: RunContext, call, shape: str, mode: str) -> dict[str, float] | None:
+def _profile_step(ctx: RunContext, call: Callable[[], object], shape: str, mode: str) -> dict[str, float] | None:
     """Kernel time by category of one call of ``call``, the timed step (its graph's replay;
     ``suites._kernel_breakdown``); None, logged, where that runs out of memory (the timing goes
     on without it)."""
