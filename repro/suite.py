@@ -15,7 +15,7 @@ import torch
 from repro.provenance import REPO, device_slug
 from repro.results import ResultSet
 from repro.roofline import Ceilings, gbps
-from repro.timing import Timing, time_fn, time_fn_kept
+from repro.timing import Timing, time_fn_kept
 
 
 class CorrectnessError(AssertionError):
@@ -37,7 +37,7 @@ class RunContext:
         print(f"[{self.suite} {time.perf_counter() - self.started:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
     def time(self, fn, graph: bool = True, **kw: float) -> Timing:
-        return time_fn(fn, self.device, graph=graph, **kw)
+        return self.time_kept(fn, graph=graph, **kw)[0]
 
     def time_kept(
         self, fn: Callable[[], object], graph: bool = True, **kw: float

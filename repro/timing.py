@@ -202,9 +202,7 @@ def time_cpu(fn: Callable[[], object], warmup: int = 1, reps: int = 5) -> Timing
 
 def time_fn(fn: Callable[[], object], device: torch.device, graph: bool = True, **kw: object) -> Timing:
     """Device-appropriate timer: ``time_gpu`` on CUDA, ``time_cpu`` elsewhere."""
-    if device.type == "cuda":
-        return time_gpu(fn, graph=graph, **kw)
-    return time_cpu(fn)
+    return time_fn_kept(fn, device, graph=graph, **kw)[0]
 
 
 def time_fn_kept(
