@@ -34,6 +34,12 @@ from kernels import _launch
 from kernels._common import FLOAT_DTYPES, check_tensor, use_triton
 from kernels.patterns import NM, TBS, Pattern, Unstructured, Vegeta
 
+
+def needs_pivot(pattern: Pattern) -> bool:
+    """Whether mask generation needs the global pivot: not for a single fixed configuration
+    (n:m such as SR-STE's 2:4), whose mask is the within-tile selection alone."""
+    return isinstance(pattern, Unstructured) or len(pattern.configs) > 1
+
 METHODS = ("torch", "vegeta", "fast")
 
 
@@ -117,7 +123,9 @@ def choose_configs(method: str, pattern: Pattern, counts: torch.Tensor, budget: 
             return n
         step = max(1, int(cost[cand].min())) if bool(cand.any()) else 1
         k = min(int(cand.sum()), -(-abs(deficit) // step))
-        idx = torch.topk(key, k, sorted=True).indices
+        # stable: among equal keys the lower tile index moves first (a well-defined order that
+        # the device-only baseline, kernels.flex_torch, reproduces)
+        idx = torch.argsort(key, descending=True, stable=True)[:k]
         fits = torch.cumsum(cost[idx], 0) <= abs(deficit)
         idx = idx[fits]
         n[idx] = hi[idx] if sign > 0 else lo[idx]
@@ -170,6 +178,8 @@ def flex_mask(
     ``check_finite=False`` skips the NaN/Inf scan (one extra read and a host sync).
     """
     d = _check(w, pattern, density, method, check_finite)
+    if pivot is None and not needs_pivot(pattern):  # one fixed configuration: no pivot needed
+        pivot, tie = 0.0, 1.0
     if pivot is None:
         from kernels.pivot import find_pivot
 
@@ -295,7 +305,10 @@ class FlexMasker:
         self.nonfinite = self.counts[NONFINITE]
         self.nonfinite_index = NONFINITE
         self._triton = use_triton(ws[0])
-        self._device_pivot = self._triton and self.dtype in (torch.bfloat16, torch.float16)
+        self._needs_pivot = needs_pivot(pattern)
+        if not self._needs_pivot:  # fixed n:m: the state is never read (pivot NaN says so)
+            self.state[0] = float("nan")
+        self._device_pivot = self._triton and self.dtype in (torch.bfloat16, torch.float16) and self._needs_pivot
         self._fused = self._triton and (isinstance(pattern, Unstructured) or self._has_kernel())
         self._cat: torch.Tensor | None = None
         self._pivot_launches = self._build_pivot(cat_limit) if self._device_pivot else []
@@ -351,7 +364,8 @@ class FlexMasker:
         want = [m.clone() for m in self.masks], self.state.clone(), self.counts.clone()
         for m in self.masks:  # poison every output, so that a launch that does nothing shows
             m.fill_(True)
-        self.state.fill_(float("nan"))
+        if self._needs_pivot:  # a fixed n:m pattern never writes the state
+            self.state.fill_(float("nan"))
         if self._device_pivot:  # the host-pivot path writes the state but no counts
             self.counts[self.nonfinite_index :].fill_(-1)
         for x in launches:
@@ -384,6 +398,8 @@ class FlexMasker:
 
     def __call__(self, *, check: bool = True) -> list[torch.Tensor]:
         """The masks of the current weights (preallocated; overwritten by the next call)."""
+        if not self._needs_pivot:
+            return self._fixed_call(check)
         if not self._device_pivot:
             return self._host_pivot_call()
         stream = _launch.direct_stream(self.device) if self.direct else None
@@ -411,6 +427,22 @@ class FlexMasker:
             pivot, tie = self.state.tolist()
             for w, m in zip(self.weights, self.masks, strict=True):
                 m.copy_(flex_mask_reference(w, self.pattern, self.density, "fast", self.seed, pivot, tie))
+
+    def _fixed_call(self, check: bool) -> list[torch.Tensor]:
+        """One fixed configuration (n:m): the mask kernels alone, no pivot. ``check`` scans the
+        weights for NaN/Inf (one extra read and a host sync); ``check=False`` does not."""
+        if check:
+            for i, w in enumerate(self.weights):
+                if w.numel() and not bool(torch.isfinite(w).all()):
+                    raise ValueError(f"weights[{i}] contains NaN or Inf; refusing to compute masks on them")
+        if self._fused:
+            stream = _launch.direct_stream(self.device) if self.direct else None
+            for x in self._mask_launches:
+                x(stream)
+        else:
+            for w, m in zip(self.weights, self.masks, strict=True):
+                m.copy_(flex_mask_reference(w, self.pattern, self.density, "fast", self.seed, 0.0, 1.0))
+        return list(self.masks)
 
     def _host_pivot_call(self) -> list[torch.Tensor]:
         from kernels.pivot import find_pivot, pivot_and_tie_16bit_reference
