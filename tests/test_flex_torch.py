@@ -24,7 +24,8 @@ def density_for(pattern, d: float) -> float:
 def weights(dtype: torch.dtype, seed: int, device: str = "cpu") -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     rows = [torch.exp(torch.randn(o, 1, generator=g)) for o, _ in SHAPES]  # row scales like trained layers
-    return [(0.02 * torch.randn(o, i, generator=g) * r).to(dtype).to(device) for (o, i), r in zip(SHAPES, rows, strict=True)]
+    out = [0.02 * torch.randn(o, i, generator=g) * r for (o, i), r in zip(SHAPES, rows, strict=True)]
+    return [w.to(dtype).to(device) for w in out]
 
 
 def reference_masks(ws, pattern, d, method):
