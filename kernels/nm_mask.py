@@ -32,22 +32,23 @@ def _stable_nm(w: torch.Tensor, n: int, m: int, dim: int) -> torch.Tensor:
     return mask.reshape(x.shape).movedim(-1, dim)
 
 
-def _check(w: object, n: object, m: object, dim: object) -> None:
-    check_tensor("w", w, dtypes=FLOAT_DTYPES, min_ndim=1)
+def _check(w: object, n: object, m: object, dim: object, finite: bool = True) -> None:
+    check_tensor("w", w, dtypes=FLOAT_DTYPES, min_ndim=1, finite=finite)
     check_nm(n, m)
     if not isinstance(dim, int) or not -w.dim() <= dim < w.dim():
         raise ValueError(f"dim {dim} out of range for a {w.dim()}-D tensor")
     check_divisible(f"w.shape[{dim}]", w.shape[dim], m, f"group size m={m}")
 
 
-def nm_mask(w: torch.Tensor, n: int, m: int, dim: int = -1) -> torch.Tensor:
+def nm_mask(w: torch.Tensor, n: int, m: int, dim: int = -1, *, check_finite: bool = True) -> torch.Tensor:
     """Bool mask (True = kept) with exactly n kept entries in every group of m along ``dim``.
 
     Ties go to the lower index. On CUDA (or under the interpreter) and for m a power of two, one
     Triton pass (the fused group kernel of ``kernels._flex_triton`` with a fixed n: the rank of an
     entry is counted against its group in registers); elsewhere :func:`nm_mask_reference`. The
-    NaN/Inf scan of the input stays (one read and a host sync)."""
-    _check(w, n, m, dim)
+    NaN/Inf scan of the input (one read and a host sync) is skipped with ``check_finite=False``
+    (then a call can be captured in a CUDA graph)."""
+    _check(w, n, m, dim, check_finite)
     if n in (0, m):
         return torch.full(w.shape, n == m, device=w.device)
     if not use_triton(w) or m & (m - 1):

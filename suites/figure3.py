@@ -1,24 +1,33 @@
-"""FAST Figure 3: speedup of flex-SS mask generation, FAST vs the PyTorch implementation and the
-Vegeta-based method, for MAP-NEO 460M, MAP-NEO 7B and Llama-2 13B shapes and the patterns
-TBS(4,4), TBS(8,8), Vegeta(4), Vegeta(8) and SR-STE's 2:4; plus the training-step time of MAP-NEO
-460M with masks regenerated every step and every k steps.
+"""FAST Figure 3: flex-SS mask generation, FAST vs strong PyTorch baselines, for MAP-NEO 460M,
+MAP-NEO 7B and Llama-2 13B shapes and the patterns TBS(4,4), TBS(8,8), Vegeta(4), Vegeta(8) and
+SR-STE's 2:4; plus a one-GPU training step of MAP-NEO 460M with masks regenerated every step and
+every 10 steps.
 
 Mask generation of a model = the sparse linears of one block (q, k, v, o, gate, up, down) with a
-pivot shared by the block, timed as one call, times the number of layers (all blocks have the
-same shapes). The pivot search is part of it (top-k plus a tie count for the PyTorch and
-Vegeta-based methods; an exact two-pass 16-bit histogram select for FAST on one GPU; the
-distribution-aware search is measured under sharding by suite pivot_comm); ``mask_time`` rows time
-the masks alone given the pivot (``flex_mask`` per weight). All methods are timed eagerly (host
-launches included: the torch and vegeta methods sync with the host and cannot be graph-captured).
+pivot shared by the block, timed as one call (CUDA-graph replay, median, L2 flushed), times the
+number of layers (all blocks have the same shapes). Every method is set up once outside the timed
+call, as a training loop holds it, and every call is device-only:
 
-FAST's ``time`` is a call of ``kernels.flex.FlexMasker`` (histogram passes, device select, mask
-kernels, one read of the non-finite count at the end), built before timing: a training loop
-builds it once for its weights and calls it at every regeneration, so its set-up (validation,
-allocation, compilation) is not part of a generation. ``time_graph`` is the same call
-(``check=False``) replayed from a CUDA graph (device time: the whole generation, pivot included),
-and ``mask_time_graph`` FAST's masks alone given the pivot, replayed likewise. Quality rows
-(density error per linear and per block, retained |W| vs the unconstrained top-k, validity) come
-from the same masks that were checked before timing.
+- ``torch`` / ``torch_compiled``: the PyTorch implementation (largest-remainder configuration
+  choice), written as an expert would (``kernels.flex_torch``: top-k pivot, vectorised tiles, no
+  host sync), eager and ``torch.compile``d; compiled on the 460M model only (the other models'
+  shapes would each need their own compilation).
+- ``vegeta`` / ``vegeta_compiled``: the Vegeta-based method (nearest configuration, then a
+  correction), likewise.
+- ``fast``: ``kernels.flex.FlexMasker`` (device two-pass histogram pivot, fused mask kernels).
+- ``nm_mask`` (2:4 only): our Triton n:m kernel per weight. A fixed n:m pattern needs no pivot,
+  so FAST's 2:4 runs the same kernel.
+
+Before any timing, every method's masks are checked: the baselines against the readable reference
+(``flex_mask_reference``) with the same pivot and tie share (equal; a compiled TBS(4) may pick an
+equally good layout where float32 sums tie), FAST's kernels against the reference. A row is
+written only for a method that passed. ``pct_of_copy`` counts the bytes the task needs: for a
+pattern with a pivot, three reads of the weights (two histogram passes and the mask pass) and one
+write of the byte masks; for a fixed n:m pattern, one read and one write. Speedups are FAST's time
+over each baseline's best form (eager or compiled) and over the strongest baseline of all.
+
+These are mask-generation numbers on one GPU. The paper's 10.40x / 1.56x are end-to-end training
+speedups of MAP-NEO 7B under model parallelism: not measured here (a separate suite).
 """
 
 from __future__ import annotations
@@ -31,16 +40,10 @@ import torch
 from matplotlib.ticker import ScalarFormatter
 
 from kernels._common import use_triton
-from kernels.flex import (
-    METHODS,
-    FlexMasker,
-    flex_mask,
-    flex_mask_reference,
-    mask_quality,
-    tie_share,
-    tile_counts,
-)
-from kernels.patterns import TBS, parse_pattern
+from kernels.flex import FlexMasker, flex_mask, flex_mask_reference, mask_quality, needs_pivot, tie_share, tile_counts
+from kernels.flex_torch import TorchFlexMasker
+from kernels.nm_mask import nm_mask, nm_mask_reference
+from kernels.patterns import NM, TBS, parse_pattern
 from repro.models.llama import CONFIGS, LlamaConfig, block_linear_shapes
 from repro.paper import load_paper
 from repro.plots import PALETTE, grouped_bars, new_figure, save
@@ -49,18 +52,12 @@ from repro.suite import RunContext
 NAME = "figure3"
 PAPER = "fast"
 ARTIFACT = "figure3"
-TITLE = "FAST Fig. 3: flex-SS mask generation speedup (PyTorch / Vegeta-based / FAST)"
+TITLE = "FAST Fig. 3: flex-SS mask generation, FAST vs strong PyTorch baselines"
 
 DENSITY = 0.5
 PATTERNS = ("TBS(4)", "TBS(8)", "Vegeta(4)", "Vegeta(8)", "2:4")
-# The pivot (and the tie share that makes budgets exact) is part of mask generation. The PyTorch
-# and Vegeta-based methods take it the way a PyTorch user would: top-k, then a count of the ties.
-# FAST on one GPU: an exact two-pass histogram select on the 16-bit patterns (Triton, no sort; the
-# last bin gives the ties), selected on the device by FlexMasker, whose only host read is the
-# non-finite count at the end of a call. Its distribution-aware search pays off when weights are
-# sharded (pivot_comm); on one GPU its rounds sync with the host (H100, 460M block: top-k 0.8 ms,
-# gaussian 7.1 ms).
-PIVOT_METHOD = {"torch": "topk", "vegeta": "topk", "fast": "histogram"}
+BASELINES = ("torch", "vegeta")
+COMPILED_MODELS = ("map-neo-460m",)  # compile time per shape: the headline model only
 FULL_MODELS = ("map-neo-460m", "map-neo-7b", "llama2-13b")
 SMOKE = LlamaConfig(hidden=128, ffn=256, layers=2, heads=4, vocab=256, seq_len=32)
 SEED = 1234
@@ -77,75 +74,46 @@ def _block(cfg: LlamaConfig, device: torch.device, gen: torch.Generator) -> dict
     }
 
 
-def _pivot(weights: list[torch.Tensor], method: str) -> tuple[float, float]:
-    """(pivot, tie share) of the block, the way ``method`` computes it."""
-    from kernels.pivot import find_pivot, pivot_and_tie_16bit
+def task_bytes(weights: list[torch.Tensor], pattern) -> int:
+    """Bytes the task needs: the weights read once per pass (3 with a pivot: two histogram passes
+    and the mask pass; 1 for a fixed n:m pattern) and every byte mask written once."""
+    passes = 3 if needs_pivot(pattern) else 1
+    return sum(w.numel() * (passes * w.element_size() + 1) for w in weights)
 
-    if PIVOT_METHOD[method] == "histogram" and weights[0].dtype in (torch.bfloat16, torch.float16):
-        return pivot_and_tie_16bit(weights, DENSITY)
+
+def _pivot_and_tie(weights: list[torch.Tensor], pattern) -> tuple[float, float]:
+    """The block's exact pivot and float32 tie share (what the kernels see); none for n:m."""
+    from kernels.pivot import find_pivot
+
+    if not needs_pivot(pattern):
+        return 0.0, 1.0
     pivot = find_pivot(weights, DENSITY, method="exact")
-    return pivot, tie_share(weights, pivot, DENSITY)
+    return pivot, torch.tensor(tie_share(weights, pivot, DENSITY), dtype=torch.float32).item()
 
 
-def _masks(weights: list[torch.Tensor], pattern, method: str, pivot: float, tie: float) -> list[torch.Tensor]:
-    return [flex_mask(w, pattern, DENSITY, method, SEED, pivot, tie=tie, check_finite=False) for w in weights]
+def _equally_good(got: torch.Tensor, want: torch.Tensor, w: torch.Tensor, pattern) -> bool:
+    """Equal masks, or (where float32 sums of 16-bit values tie) the same configuration in every
+    tile and the same kept |W| per tile to float32 rounding."""
+    if torch.equal(got, want):
+        return True
+    if not torch.equal(pattern.tile_configs(got), pattern.tile_configs(want)):
+        return False
+    mags = pattern.tiles(w.abs().double())
+    kept = [(mags * pattern.tiles(m)).flatten(1).sum(1) for m in (got, want)]
+    return bool(torch.allclose(kept[0], kept[1], rtol=1e-6, atol=0.0))
 
 
-def _generate(weights: list[torch.Tensor], pattern, method: str) -> list[torch.Tensor]:
-    return _masks(weights, pattern, method, *_pivot(weights, method))
-
-
-def check(
-    ctx: RunContext,
-    model: str,
-    block: dict[str, torch.Tensor],
-    pattern,
-    method: str,
-    masker: FlexMasker | None = None,
-) -> list[torch.Tensor]:
-    """Masks valid, budgets met, FAST's kernel equal to its reference; quality rows added. With a
-    ``masker`` (FAST): its device pivot state equals the top-k pivot and tie share, and its masks
-    equal ``flex_mask``'s given them (and the reference, as below)."""
-    weights = list(block.values())
-    exact, tie = _pivot(weights, "torch")
-    mine, my_tie = _pivot(weights, method)
-    ctx.check(mine == exact and abs(my_tie - tie) < 1e-9, f"{model} {method}'s pivot or tie share != top-k's")
-    masks = _masks(weights, pattern, method, exact, tie)
-    tag = f"{model} {pattern.name} {method}"
-    if masker is not None:
-        got = [m.clone() for m in masker()]
-        state = masker.pivot_and_tie()
-        tie32 = torch.tensor(tie, dtype=torch.float32).item()  # the kernels' float32 tie share
-        ctx.check(state == (exact, tie32), f"{tag}: masker's pivot state {state} != top-k's ({exact}, {tie32})")
-        same = all(torch.equal(a, b) for a, b in zip(got, masks, strict=True))
-        ctx.check(same, f"{tag}: masker's masks != flex_mask's with the top-k pivot")
-        masks = got
+def _quality_rows(ctx: RunContext, model: str, block: dict, pattern, method: str, masks: list[torch.Tensor]) -> None:
+    pivot, tie = _pivot_and_tie(list(block.values()), pattern)
     kept = total = 0
     for (name, w), m in zip(block.items(), masks, strict=True):
         pattern.validate(m)  # raises with the first offending tile
-        if method == "fast" and use_triton(w):
-            ref = flex_mask_reference(w, pattern, DENSITY, "fast", SEED, exact, tie)
-            # float32 contraction (FMA) may differ from torch's in the last bit of a tile's
-            # target; a draw within that bit of the threshold can flip: allow 1e-5 of tiles
-            diff = (pattern.tile_configs(m) != pattern.tile_configs(ref)).float().mean().item()
-            ctx.check(diff <= 1e-5, f"{tag}/{name}: {diff:.2e} of tiles differ from the reference")
-        _, wanted = tile_counts(w, pattern, exact, tie)
+        wanted = tile_counts(w, pattern, pivot, tie)[1].sum() if needs_pivot(pattern) else m.sum()
         q = mask_quality(w, m, pattern, DENSITY)
         shape = f"{model}/{name} {w.shape[0]}x{w.shape[1]}"
-        err = (int(m.sum()) - float(wanted.sum())) / m.numel()
-        ctx.results.add(
-            method, shape, "bf16", "density_error_vs_budget", err, "fraction", verified=True, variant=pattern.name
-        )
-        ctx.results.add(
-            method,
-            shape,
-            "bf16",
-            "retained_vs_topk",
-            q["retained_vs_topk"],
-            "fraction",
-            verified=True,
-            variant=pattern.name,
-        )
+        add = partial(ctx.results.add, method, shape, "bf16", unit="fraction", verified=True, variant=pattern.name)
+        add("density_error_vs_budget", (int(m.sum()) - float(wanted)) / m.numel())
+        add("retained_vs_topk", q["retained_vs_topk"])
         kept += int(m.sum())
         total += m.numel()
     ctx.results.add(
@@ -158,70 +126,103 @@ def check(
         verified=True,
         variant=pattern.name,
     )
-    return masks
+
+
+def check_fast(ctx: RunContext, model: str, block: dict, pattern, masker: FlexMasker) -> list[torch.Tensor]:
+    """FAST: the masker's device pivot state equals the exact pivot and tie share, its masks equal
+    ``flex_mask``'s given them, and its kernels agree with the reference (at most 1e-5 of tiles
+    differ, where float32 contraction moves a tile's target across a draw)."""
+    weights = list(block.values())
+    pivot, tie = _pivot_and_tie(weights, pattern)
+    tag = f"{model} {pattern.name} fast"
+    got = [m.clone() for m in masker()]
+    if needs_pivot(pattern):
+        state = masker.pivot_and_tie()
+        ctx.check(state == (pivot, tie), f"{tag}: masker's pivot state {state} != exact ({pivot}, {tie})")
+    want = [flex_mask(w, pattern, DENSITY, "fast", SEED, pivot, tie=tie, check_finite=False) for w in weights]
+    ctx.check(all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), f"{tag}: masker != flex_mask")
+    for (name, w), m in zip(block.items(), got, strict=True):
+        if use_triton(w):
+            ref = flex_mask_reference(w, pattern, DENSITY, "fast", SEED, pivot, tie)
+            diff = (pattern.tile_configs(m) != pattern.tile_configs(ref)).float().mean().item()
+            ctx.check(diff <= 1e-5, f"{tag}/{name}: {diff:.2e} of tiles differ from the reference")
+    return got
+
+
+def check_baseline(
+    ctx: RunContext, model: str, block: dict, pattern, masker: TorchFlexMasker, label: str
+) -> list[torch.Tensor]:
+    """A baseline's masks against the readable reference with the same pivot and tie share."""
+    weights = list(block.values())
+    pivot, tie = _pivot_and_tie(weights, pattern)
+    got = [m.clone() for m in masker()]
+    for (name, w), m in zip(block.items(), got, strict=True):
+        ref = flex_mask_reference(w, pattern, DENSITY, masker.method, SEED, pivot, tie)
+        ok = torch.equal(m, ref) if not masker.compiled else _equally_good(m, ref, w, pattern)
+        ctx.check(ok, f"{model} {pattern.name} {label}/{name}: masks differ from the reference")
+    return got
+
+
+def _nm_masks(weights: list[torch.Tensor], pattern: NM) -> list[torch.Tensor]:
+    return [nm_mask(w, pattern.n, pattern.m, check_finite=False) for w in weights]
+
+
+def _time_methods(ctx: RunContext, model: str, cfg: LlamaConfig, block: dict, pattern) -> dict[str, float]:
+    """Check, then time, every method on one block; returns ms per model (block x layers)."""
+    weights = list(block.values())
+    nbytes = task_bytes(weights, pattern)
+    callers: dict[str, object] = {}
+    compiled = ctx.device.type == "cuda" and model in COMPILED_MODELS
+    for method in BASELINES:
+        for comp in (False, True) if compiled else (False,):
+            label = f"{method}_compiled" if comp else method
+            masker = TorchFlexMasker(weights, pattern, DENSITY, method, compile=comp)
+            masks = check_baseline(ctx, model, block, pattern, masker, label)
+            if not comp:
+                _quality_rows(ctx, model, block, pattern, method, masks)
+            callers[label] = masker
+    masker = FlexMasker(weights, pattern, DENSITY, SEED)
+    _quality_rows(ctx, model, block, pattern, "fast", check_fast(ctx, model, block, pattern, masker))
+    callers["fast"] = partial(masker, check=False)
+    if isinstance(pattern, NM) and use_triton(weights[0]):
+        got = _nm_masks(weights, pattern)
+        want = [nm_mask_reference(w, pattern.n, pattern.m) for w in weights]
+        ctx.check(all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), f"{model} nm_mask != reference")
+        callers["nm_mask"] = partial(_nm_masks, weights, pattern)
+    ms: dict[str, float] = {}
+    for label, fn in callers.items():
+        t = ctx.time(fn)
+        ms[label] = t.ms * cfg.layers
+        add = partial(ctx.results.add, label, model, "bf16", verified=True, variant=pattern.name, timer=t.timer)
+        add("time", ms[label], "ms")
+        add("pct_of_copy", 100 * nbytes / (t.ms * 1e-3) / 1e9 / ctx.ceilings.copy_gbps, "%")
+    return ms
+
+
+def _add_speedups(ctx: RunContext, model: str, pattern, ms: dict[str, float]) -> None:
+    best = {base: min(v for k, v in ms.items() if k.startswith(base)) for base in BASELINES}
+    strongest = min(v for k, v in ms.items() if k != "fast")
+    add = partial(ctx.results.add, "fast", model, "bf16", unit="x", verified=True, variant=pattern.name)
+    for base in BASELINES:
+        add(f"speedup_vs_{base}", best[base] / ms["fast"])
+    add("speedup_vs_strongest", strongest / ms["fast"])
 
 
 def run(ctx: RunContext) -> None:
     gen = torch.Generator(device=ctx.device).manual_seed(0)
     for model, cfg in _models(ctx.profile).items():
         block = _block(cfg, ctx.device, gen)
-        weights = list(block.values())
-        ctx.log(f"{model}: block of {sum(w.numel() for w in weights) / 1e6:.1f}M weights x {cfg.layers} layers")
+        ctx.log(f"{model}: block of {sum(w.numel() for w in block.values()) / 1e6:.1f}M weights x {cfg.layers} layers")
         for spec in PATTERNS:
             pattern = parse_pattern(spec)
-            t_model = {}
-            for method in METHODS:
-                # FAST: built once for the block, outside the timed call (as a training loop holds it)
-                masker = FlexMasker(weights, pattern, DENSITY, SEED) if method == "fast" else None
-                check(ctx, model, block, pattern, method, masker)
-                pivot, tie = _pivot(weights, method)
-                generate = masker if masker is not None else partial(_generate, weights, pattern, method)
-                t_all = ctx.time(generate, graph=False)
-                t_mask = ctx.time(partial(_masks, weights, pattern, method, pivot, tie), graph=False)
-                add = partial(ctx.results.add, method, model, "bf16", verified=True, variant=pattern.name)
-                add("time", t_all.ms * cfg.layers, "ms", timer=t_all.timer)
-                add("mask_time", t_mask.ms * cfg.layers, "ms", timer=t_mask.timer)
-                nbytes = sum(w.numel() * (w.element_size() + 1) for w in weights)  # read W, write mask
-                add("mask_bandwidth", nbytes / (t_mask.ms * 1e-3) / 1e9, "GB/s", timer=t_mask.timer)
-                add(
-                    "mask_pct_of_copy",
-                    100 * nbytes / (t_mask.ms * 1e-3) / 1e9 / ctx.ceilings.copy_gbps,
-                    "%",
-                    timer=t_mask.timer,
-                )
-                t_model[method] = (t_all.ms, t_mask.ms)
-                if masker is not None and ctx.device.type == "cuda":
-                    t_gen = ctx.time(partial(masker, check=False), graph=True)  # pivot + masks
-                    if t_gen.timer.startswith("cuda-graph-"):
-                        add("time_graph", t_gen.ms * cfg.layers, "ms", timer=t_gen.timer)
-                    t_graph = ctx.time(partial(_masks, weights, pattern, method, pivot, tie), graph=True)
-                    if t_graph.timer.startswith("cuda-graph-"):
-                        add("mask_time_graph", t_graph.ms * cfg.layers, "ms", timer=t_graph.timer)
-                        add(
-                            "mask_graph_pct_of_copy",
-                            100 * nbytes / (t_graph.ms * 1e-3) / 1e9 / ctx.ceilings.copy_gbps,
-                            "%",
-                            timer=t_graph.timer,
-                        )
-            for base in ("torch", "vegeta"):
-                for i, metric in enumerate(("speedup", "mask_speedup")):
-                    ctx.results.add(
-                        "fast",
-                        model,
-                        "bf16",
-                        f"{metric}_vs_{base}",
-                        t_model[base][i] / t_model["fast"][i],
-                        "x",
-                        verified=True,
-                        variant=pattern.name,
-                    )
+            ms = _time_methods(ctx, model, cfg, block, pattern)
+            _add_speedups(ctx, model, pattern, ms)
             ctx.log(
                 f"  {pattern.name:>11s}: "
-                + ", ".join(f"{m} {t_model[m][0] * cfg.layers:.2f} ms" for m in METHODS)
-                + f" -> fast {t_model['torch'][0] / t_model['fast'][0]:.1f}x torch, "
-                f"{t_model['vegeta'][0] / t_model['fast'][0]:.2f}x vegeta"
+                + ", ".join(f"{m} {v:.2f} ms" for m, v in ms.items())
+                + f" -> fast {min(v for k, v in ms.items() if k != 'fast') / ms['fast']:.2f}x the strongest"
             )
-        del block, weights
+        del block
     _law_of_large_numbers(ctx, gen)
     _heuristic_gap(ctx, gen)
     _training_steps(ctx)
@@ -278,22 +279,25 @@ def _heuristic_gap(ctx: RunContext, gen: torch.Generator) -> None:
         )
 
 
-def _mask_fn(pattern, method: str, weights: list[torch.Tensor]) -> list[torch.Tensor]:
-    return _generate([w.detach() for w in weights], pattern, method)
-
-
-def _fast_mask_fn(pattern):
-    """FAST's mask function for the trainer: one FlexMasker for the model's weights, built at the
-    first call (again if the weights are replaced); clones, since the trainer keeps each set."""
+def _held_mask_fn(make):
+    """A mask function for the trainer: one masker for the model's weights, built at the first
+    call (again if the weights are replaced); clones, since the trainer keeps each set."""
     held: dict[str, object] = {}
 
     def fn(weights: list[torch.Tensor]) -> list[torch.Tensor]:
         key = [(w.data_ptr(), tuple(w.shape), w.dtype) for w in weights]
         if held.get("key") != key:
-            held["masker"], held["key"] = FlexMasker([w.detach() for w in weights], pattern, DENSITY, SEED), key
+            held["masker"], held["key"] = make([w.detach() for w in weights]), key
         return [m.clone() for m in held["masker"]()]
 
     return fn
+
+
+def _trainer_mask_fn(pattern, method: str, device: torch.device):
+    if method == "fast":
+        return _held_mask_fn(lambda ws: FlexMasker(ws, pattern, DENSITY, SEED))
+    compiled = device.type == "cuda"  # the strongest form of the baseline on a GPU
+    return _held_mask_fn(lambda ws: TorchFlexMasker(ws, pattern, DENSITY, method, compile=compiled))
 
 
 def _training_steps(ctx: RunContext) -> None:
@@ -310,13 +314,13 @@ def _training_steps(ctx: RunContext) -> None:
     batch, steps = (4, 20) if ctx.profile == "full" else (2, 4)
     pattern = TBS(8)
     model_name = "map-neo-460m" if ctx.profile == "full" else "smoke-64"
-    for method in METHODS:
+    for method in (*BASELINES, "fast"):
         for every in (1, 10):
             torch.manual_seed(0)
             model = LlamaModel(cfg).to(ctx.device)
             linears = sparse_linears(model)
 
-            mask_fn = _fast_mask_fn(pattern) if method == "fast" else partial(_mask_fn, pattern, method)
+            mask_fn = _trainer_mask_fn(pattern, method, ctx.device)
 
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=ctx.device.type == "cuda")
             trainer = MaskedTrainer(model, linears, mask_fn, every, opt)
@@ -328,7 +332,7 @@ def _training_steps(ctx: RunContext) -> None:
                 method,
                 model_name,
                 "bf16-autocast",
-                verified=True,
+                verified=False,  # a step time: only the loss was checked (finite), no output reference
                 variant=f"{pattern.name} every={every}",
                 timer=stats["timer"],
             )
@@ -342,87 +346,117 @@ def _training_steps(ctx: RunContext) -> None:
 
 
 def compare(df: pd.DataFrame) -> pd.DataFrame:
-    """Per model and pattern: time per method and FAST's speedups; paper averages beside."""
+    """Per model and pattern: FAST's and each baseline's mask-generation time (ms per model),
+    FAST's % of copy bandwidth and its speedups; then per model the mean speedups, with the paper's
+    mask-generation averages (460M) beside ours. The paper's end-to-end 7B numbers are a different
+    measurement and appear as "not measured here"."""
     paper = load_paper(ARTIFACT, PAPER)
     rows = []
     timing = df[df["metric"] == "time"]
     for (model, variant), part in timing.groupby(["shape", "variant"], sort=False):
         t = part.set_index("method")["value"]
+        pct = df[(df["shape"] == model) & (df["variant"] == variant) & (df["metric"] == "pct_of_copy")]
+        pct = pct.set_index("method")["value"]
         sp = df[(df["shape"] == model) & (df["variant"] == variant) & (df["method"] == "fast")]
         sp = sp.set_index("metric")["value"]
+        base = {b: [t[m] for m in t.index if m.startswith(b)] for b in BASELINES}
+        others = t.drop("fast", errors="ignore")
         rows.append(
             {
                 "model": model,
                 "pattern": variant,
-                "torch_ms": t.get("torch"),
-                "vegeta_ms": t.get("vegeta"),
                 "fast_ms": t.get("fast"),
+                "torch_ms": min(base["torch"]) if base["torch"] else None,
+                "vegeta_ms": min(base["vegeta"]) if base["vegeta"] else None,
+                "strongest_baseline": others.idxmin() if len(others) else None,
+                "fast_pct_of_copy": pct.get("fast"),
+                "strongest_pct_of_copy": pct.get(others.idxmin()) if len(others) else None,
                 "fast_vs_torch": sp.get("speedup_vs_torch"),
                 "fast_vs_vegeta": sp.get("speedup_vs_vegeta"),
-                "mask_only_vs_torch": sp.get("mask_speedup_vs_torch"),
+                "fast_vs_strongest": sp.get("speedup_vs_strongest"),
             }
         )
     out = pd.DataFrame(rows)
     for model in out["model"].unique() if len(out) else []:
         sub = out[out["model"] == model]
+        avg = {"model": model, "pattern": "average (ours, mask generation)"}
+        for col in ("fast_vs_torch", "fast_vs_vegeta", "fast_vs_strongest"):
+            avg[col] = sub[col].mean()
+        out = pd.concat([out, pd.DataFrame([avg])], ignore_index=True)
         pp = paper[paper["shape"] == model].set_index("metric")["value"]
-        rows_avg = {
-            "model": model,
-            "pattern": "average (ours)",
-            "fast_vs_torch": sub["fast_vs_torch"].mean(),
-            "fast_vs_vegeta": sub["fast_vs_vegeta"].mean(),
-        }
-        out = pd.concat([out, pd.DataFrame([rows_avg])], ignore_index=True)
-        if len(pp):
-            paper_row = {
+        if "kernel_speedup_vs_pytorch" in pp:
+            row = {
                 "model": model,
-                "pattern": "average (paper, A800)",
-                "fast_vs_torch": pp.get("kernel_speedup_vs_pytorch", pp.get("e2e_speedup_vs_pytorch")),
-                "fast_vs_vegeta": pp.get("kernel_speedup_vs_vegeta", pp.get("e2e_speedup_vs_vegeta")),
+                "pattern": "average (paper, A800, mask generation)",
+                "fast_vs_torch": pp["kernel_speedup_vs_pytorch"],
+                "fast_vs_vegeta": pp.get("kernel_speedup_vs_vegeta"),
             }
-            out = pd.concat([out, pd.DataFrame([paper_row])], ignore_index=True)
+            out = pd.concat([out, pd.DataFrame([row])], ignore_index=True)
+    e2e = paper[paper["metric"].str.startswith("e2e_")]
+    for model, part in e2e.groupby("shape", sort=False):
+        pp = part.set_index("metric")["value"]
+        row = {
+            "model": model,
+            "pattern": "paper, A800, END-TO-END training under MP: not measured here",
+            "fast_vs_torch": pp.get("e2e_speedup_vs_pytorch"),
+            "fast_vs_vegeta": pp.get("e2e_speedup_vs_vegeta"),
+        }
+        out = pd.concat([out, pd.DataFrame([row])], ignore_index=True)
     return out
 
 
 def summary(df: pd.DataFrame) -> str:
-    """One line of paper vs ours: FAST's mean speedups on MAP-NEO 460M."""
+    """One line of paper vs ours: FAST's mean mask-generation speedups on MAP-NEO 460M."""
     t = compare(df)
-    ours = t[(t["model"] == "map-neo-460m") & (t["pattern"] == "average (ours)")]
+    ours = t[(t["model"] == "map-neo-460m") & (t["pattern"] == "average (ours, mask generation)")]
     paper = t[(t["model"] == "map-neo-460m") & (t["pattern"].astype(str).str.startswith("average (paper"))]
     if ours.empty or paper.empty:
         return "see page"
     o, p = ours.iloc[0], paper.iloc[0]
     return (
-        f"MAP-NEO 460M, FAST vs PyTorch: paper {p['fast_vs_torch']:.3g}x vs ours {o['fast_vs_torch']:.3g}x; "
-        f"vs Vegeta-based: paper {p['fast_vs_vegeta']:.3g}x vs ours {o['fast_vs_vegeta']:.3g}x"
+        f"MAP-NEO 460M mask generation, FAST vs PyTorch: paper {p['fast_vs_torch']:.3g}x vs ours "
+        f"{o['fast_vs_torch']:.3g}x; vs Vegeta-based: paper {p['fast_vs_vegeta']:.3g}x vs ours "
+        f"{o['fast_vs_vegeta']:.3g}x (ours against strong, compiled baselines; vs the strongest "
+        f"{o['fast_vs_strongest']:.3g}x)"
     )
 
 
 def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
+    """Per model: FAST's speedup over each baseline (log), the paper's mask-generation averages as
+    dashed lines on every panel (they are 460M numbers: labelled so), and FAST's % of copy."""
     table = compare(df)
-    table = table[~table["pattern"].astype(str).str.startswith("average")]
+    table = table[~table["pattern"].astype(str).str.contains("average|paper")]
     models = list(dict.fromkeys(table["model"]))
     fig, axes = new_figure(ncols=max(1, len(models)), width=4.6)
     paper = load_paper(ARTIFACT, PAPER)
+    pp = paper[paper["shape"] == "map-neo-460m"].set_index("metric")["value"]
     for ax, model in zip(axes, models, strict=False):
         sub = table[table["model"] == model]
+        labels = [
+            f"{p}\nFAST {c:.0f}% copy" if c == c else p
+            for p, c in zip(sub["pattern"], sub["fast_pct_of_copy"], strict=True)
+        ]
         grouped_bars(
             ax,
-            list(sub["pattern"]),
-            {"FAST vs PyTorch": list(sub["fast_vs_torch"]), "FAST vs Vegeta-based": list(sub["fast_vs_vegeta"])},
-            ylabel="speedup of mask generation (x, log)",
+            labels,
+            {
+                "vs PyTorch (best of eager/compiled)": list(sub["fast_vs_torch"]),
+                "vs Vegeta-based (best)": list(sub["fast_vs_vegeta"]),
+                "vs the strongest baseline": list(sub["fast_vs_strongest"]),
+            },
+            ylabel="FAST speedup of mask generation (x, log)",
             title=model,
             log=True,
         )
-        pp = paper[paper["shape"] == model].set_index("metric")["value"]
         for i, key in enumerate(("kernel_speedup_vs_pytorch", "kernel_speedup_vs_vegeta")):
             if key in pp:
-                ax.axhline(pp[key], color=PALETTE[i], linestyle="--", linewidth=1, label=f"paper avg {pp[key]:g}x")
-        ax.legend(fontsize=7, loc="upper left", ncol=2)
+                ax.axhline(pp[key], color=PALETTE[i], linestyle="--", linewidth=1, label=f"paper 460M avg {pp[key]:g}x")
+        ax.legend(fontsize=7, loc="upper left", ncol=1)
         ax.axhline(1.0, color="black", linewidth=0.6)
         lo, hi = ax.get_ylim()
-        ax.set_ylim(0.8, max(hi, 30.0))
+        ax.set_ylim(min(lo, 0.5), max(hi, 30.0))
         ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.tick_params(axis="x", labelsize=7)
     dev, prof = df["device"].iloc[0], df["profile"].iloc[0]
     fig.suptitle(f"{TITLE}  [{dev}, {prof}]", fontsize=9)
     return save(fig, stem)
