@@ -23,7 +23,14 @@ _MAX_PROGRAMS = 1024
 
 
 @triton.jit
-def _hist16_kernel(x_ptr, n, hist_ptr, k, iters, PASS: tl.constexpr, BLOCK: tl.constexpr):
+def _hist16_kernel(
+    x0, x1, x2, x3, x4, x5, x6, x7,
+    n0, n1, n2, n3, n4, n5, n6, n7,
+    s1, s2, s3, s4, s5, s6, s7,
+    hist_ptr, k, iters, PASS: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    # up to 8 tensors read in place (no concatenation copy): xi holds ni values, its blocks start
+    # at global block si (s0 = 0; an unused slot has n = 0 and a start past every block)
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
     ar = tl.arange(0, 256)
@@ -34,30 +41,70 @@ def _hist16_kernel(x_ptr, n, hist_ptr, k, iters, PASS: tl.constexpr, BLOCK: tl.c
         bucket = 255 - tl.min(tl.where(cum >= k, ar, 256), 0)
     else:
         bucket = 0
-    acc = tl.zeros([512], dtype=tl.int32)
+    # as few bins as each pass needs (tl.histogram's cost grows with them: 256 bins for pass 1,
+    # 128 for pass 2, where values outside the bucket are clamped into its end bins and taken
+    # out again by count): results/tuning/h100_probe_hist16.txt
+    NB: tl.constexpr = 256 if PASS == 1 else 128
+    acc = tl.zeros([NB], dtype=tl.int32)
+    off0 = tl.zeros([1], dtype=tl.int32)  # taken out of bin 0: padding lanes (and pass 2: below)
+    off_top = tl.zeros([1], dtype=tl.int32)  # taken out of the top bin (pass 2: above the bucket)
     for i in range(iters):
-        offs = (i * nprog + pid) * BLOCK + tl.arange(0, BLOCK)
+        g = i * nprog + pid  # global block
+        x, n, start = x0, n0, 0
+        if g >= s1:
+            x, n, start = x1, n1, s1
+        if g >= s2:
+            x, n, start = x2, n2, s2
+        if g >= s3:
+            x, n, start = x3, n3, s3
+        if g >= s4:
+            x, n, start = x4, n4, s4
+        if g >= s5:
+            x, n, start = x5, n5, s5
+        if g >= s6:
+            x, n, start = x6, n6, s6
+        if g >= s7:
+            x, n, start = x7, n7, s7
+        offs = (g - start) * BLOCK + tl.arange(0, BLOCK)
         m = offs < n
-        v = tl.load(x_ptr + offs, mask=m, other=0).to(tl.int32) & 0x7FFF
+        v = tl.load(x + offs, mask=m, other=0).to(tl.int32) & 0x7FFF
         if PASS == 1:  # noqa: SIM108 (a constexpr branch inside a Triton kernel)
-            b = tl.where(m, v >> 7, 256)
+            b = tl.where(m, v >> 7, 0)
+            off0 += tl.sum((~m).to(tl.int32), 0)
         else:
-            b = tl.where(m & ((v >> 7) == bucket), v & 0x7F, 256)
-        acc += tl.histogram(b, 512)
-    ar2 = tl.arange(0, 512)
+            hb = v >> 7
+            b = tl.where(m & (hb == bucket), v & 0x7F, tl.where(m & (hb > bucket), 127, 0))
+            off0 += tl.sum((~m | (hb < bucket)).to(tl.int32), 0)
+            off_top += tl.sum((m & (hb > bucket)).to(tl.int32), 0)
+        acc += tl.histogram(b, NB)
+    ar2 = tl.arange(0, NB)
+    acc -= tl.where(ar2 == 0, tl.sum(off0, 0), 0)
+    acc -= tl.where(ar2 == NB - 1, tl.sum(off_top, 0), 0)
     if PASS == 1:
-        tl.atomic_add(hist_ptr + ar2, acc.to(tl.int64), mask=ar2 < 256)
+        tl.atomic_add(hist_ptr + ar2, acc.to(tl.int64))
     else:
-        tl.atomic_add(hist_ptr + 256 + ar2, acc.to(tl.int64), mask=ar2 < 128)
+        tl.atomic_add(hist_ptr + 256 + ar2, acc.to(tl.int64))
 
 
-def hist16_launch(flat16: torch.Tensor, hist: torch.Tensor, k: int, pass_: int) -> tuple:
-    """(kernel, grid, every argument in signature order, warps) of one histogram pass."""
-    n = flat16.numel()
-    blocks = triton.cdiv(n, _BLOCK)
-    programs = max(1, min(blocks, _MAX_PROGRAMS))
-    iters = triton.cdiv(blocks, programs)
-    return _hist16_kernel, (programs,), (flat16, n, hist, k, iters, pass_, _BLOCK), 8
+MAX_TENSORS = 8  # tensors per histogram launch
+
+
+def hist16_launch(flats16: list[torch.Tensor], hist: torch.Tensor, k: int, pass_: int) -> tuple:
+    """(kernel, grid, every argument in signature order, warps) of one histogram pass over up to
+    ``MAX_TENSORS`` flat int16 views, read in place."""
+    if not 1 <= len(flats16) <= MAX_TENSORS:
+        raise ValueError(f"one launch takes 1..{MAX_TENSORS} tensors, got {len(flats16)}")
+    sizes = [f.numel() for f in flats16]
+    blocks = [triton.cdiv(n, _BLOCK) for n in sizes]
+    total = sum(blocks)
+    starts = [sum(blocks[:i]) for i in range(1, len(flats16))]
+    pad = MAX_TENSORS - len(flats16)
+    ptrs = list(flats16) + [flats16[0]] * pad
+    sizes += [0] * pad
+    starts += [total + 1] * pad  # past every block: never selected
+    programs = max(1, min(total, _MAX_PROGRAMS))
+    iters = triton.cdiv(total, programs)
+    return _hist16_kernel, (programs,), (*ptrs, *sizes, *starts, hist, k, iters, pass_, _BLOCK), 8
 
 
 def select16_launch(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: torch.dtype, clear: bool) -> tuple:
@@ -71,25 +118,17 @@ def select16_launch(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: to
     return _select16_kernel, (1,), (counts, state, k, dtype == torch.bfloat16, clear), 4
 
 
-def _launch(flat16: torch.Tensor, hist: torch.Tensor, k: int, pass_: int) -> None:
-    kernel, grid, args, warps = hist16_launch(flat16, hist, k, pass_)
-    kernel[grid](*args, num_warps=warps)
-
-
-def hist16_counts(tensors: list[torch.Tensor], k: int, cat_limit: int = 1 << 29) -> torch.Tensor:
-    """Both passes over ``tensors`` (one dtype, one device); returns the 384 counts on the device.
-
-    Several tensors are concatenated first when they hold at most ``cat_limit`` values (one copy
-    and two launches beat two launches per tensor), else processed one by one."""
+def hist16_counts(tensors: list[torch.Tensor], k: int, max_tensors: int = MAX_TENSORS) -> torch.Tensor:
+    """Both passes over ``tensors`` (one dtype, one device), read in place in launches of up to
+    ``max_tensors`` each; returns the 384 counts on the device."""
     dev = tensors[0].device
     hist = torch.zeros(HIST_LEN, dtype=torch.int64, device=dev)
-    flats = [t.reshape(-1).view(torch.int16) for t in tensors]
-    if len(flats) > 1 and sum(f.numel() for f in flats) <= cat_limit:
-        flats = [torch.cat(flats)]
+    flats = [t.reshape(-1).view(torch.int16) for t in tensors if t.numel()]
+    groups = [flats[i : i + max_tensors] for i in range(0, len(flats), max_tensors)]
     for pass_ in (1, 2):
-        for f in flats:
-            if f.numel():
-                _launch(f, hist, k, pass_)
+        for group in groups:
+            kernel, grid, args, warps = hist16_launch(group, hist, k, pass_)
+            kernel[grid](*args, num_warps=warps)
     return hist
 
 

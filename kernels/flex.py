@@ -40,6 +40,7 @@ def needs_pivot(pattern: Pattern) -> bool:
     (n:m such as SR-STE's 2:4), whose mask is the within-tile selection alone."""
     return isinstance(pattern, Unstructured) or len(pattern.configs) > 1
 
+
 METHODS = ("torch", "vegeta", "fast")
 
 
@@ -232,7 +233,8 @@ class FlexMasker:
     pivot pay tens of microseconds of Python, validation, allocation and Triton launch per call,
     and one host sync (the 384 histogram counts). The masker validates dtypes, shapes, pattern and
     density once, preallocates the masks and scratch, binds every launch once, and keeps the pivot
-    on the device: concatenation, histogram passes 1 and 2, the select kernel (pivot and tie share
+    on the device: histogram passes 1 and 2 (reading up to 8 weights in place per launch), the
+    select kernel (pivot and tie share
     into ``state``) and the mask kernels (which read ``state``) run back to back with no host
     round trip, so a call can be captured in a CUDA graph. The weights are read through views
     taken here: update them in place (optimizers do), do not replace them.
@@ -261,7 +263,6 @@ class FlexMasker:
         seed: int = 0,
         *,
         fast_launch: bool = True,
-        cat_limit: int = 1 << 29,
     ) -> None:
         if isinstance(weights, torch.Tensor):
             ws = [weights]
@@ -310,8 +311,7 @@ class FlexMasker:
             self.state[0] = float("nan")
         self._device_pivot = self._triton and self.dtype in (torch.bfloat16, torch.float16) and self._needs_pivot
         self._fused = self._triton and (isinstance(pattern, Unstructured) or self._has_kernel())
-        self._cat: torch.Tensor | None = None
-        self._pivot_launches = self._build_pivot(cat_limit) if self._device_pivot else []
+        self._pivot_launches = self._build_pivot() if self._device_pivot else []
         self._mask_launches = self._build_masks() if self._fused else []
         self.direct = False
         if self.device.type == "cuda":
@@ -324,19 +324,14 @@ class FlexMasker:
 
         return has_fast_kernel(self.pattern)
 
-    def _build_pivot(self, cat_limit: int) -> list:
-        from kernels._pivot_triton import hist16_launch, select16_launch
+    def _build_pivot(self) -> list:
+        from kernels._pivot_triton import MAX_TENSORS, hist16_launch, select16_launch
 
         Launch = _launch.Launch  # noqa: N806
 
-        flats = [w.view(-1) for w in self.weights]
-        if len(flats) > 1 and self.n <= cat_limit:  # one copy and 2 launches beat 2 per weight
-            self._cat = torch.empty(self.n, dtype=self.dtype, device=self.device)
-            self._flats = flats
-            flats16 = [self._cat.view(torch.int16)]
-        else:
-            flats16 = [f.view(torch.int16) for f in flats if f.numel()]
-        launches = [Launch(*hist16_launch(f, self.counts, self.k, p)) for p in (1, 2) for f in flats16]
+        flats16 = [w.view(-1).view(torch.int16) for w in self.weights if w.numel()]
+        groups = [flats16[i : i + MAX_TENSORS] for i in range(0, len(flats16), MAX_TENSORS)]
+        launches = [Launch(*hist16_launch(g, self.counts, self.k, p)) for p in (1, 2) for g in groups]
         launches.append(Launch(*select16_launch(self.counts, self.state, self.k, self.dtype, True)))
         return launches
 
@@ -404,8 +399,6 @@ class FlexMasker:
             return self._host_pivot_call()
         stream = _launch.direct_stream(self.device) if self.direct else None
         try:
-            if self._cat is not None:
-                torch.cat(self._flats, out=self._cat)
             for x in self._pivot_launches:
                 x(stream)
             self._masks_from_state(stream)

@@ -351,7 +351,7 @@ def test_pivot_and_tie_16bit_many_tensors_and_blocks(dtype):
             assert tie == pytest.approx(tie_share(ts, piv, density))
             assert 0.0 < tie < 1.0  # rounded values: the pivot is tied
             assert pivot_and_tie_16bit_reference(ts, density) == (piv, tie)
-            counts = _pivot_triton.hist16_counts(ts, 1, cat_limit=0)  # one tensor at a time
+            counts = _pivot_triton.hist16_counts(ts, 1, max_tensors=1)  # one tensor per launch
             assert int(counts[:256].sum()) == sum(t.numel() for t in ts)
     finally:
         _pivot_triton._MAX_PROGRAMS, _pivot_triton._BLOCK = old
