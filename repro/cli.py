@@ -29,19 +29,64 @@ def cmd_list(_: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_device(name: str | None):
+    """``--device``: cpu or cuda[:N]; anything else is an InputError (one line, exit status 2)."""
+    import torch
+
+    from repro.results import InputError
+    from repro.suite import pick_device
+
+    if name is not None:
+        try:
+            dev = torch.device(name)
+        except (RuntimeError, ValueError, TypeError):
+            raise InputError(f"--device {name!r} is not a device; use cpu or cuda[:N]") from None
+        if dev.type not in ("cpu", "cuda"):
+            raise InputError(f"--device {name!r} is not supported; use cpu or cuda[:N]")
+        count = torch.cuda.device_count() if dev.type == "cuda" and torch.cuda.is_available() else None
+        if count is not None and dev.index is not None and dev.index >= count:
+            raise InputError(f"--device {name!r}: torch sees {count} CUDA GPU(s); use cpu or cuda[:N]")
+    return pick_device(name)
+
+
+def _check_writable(folder: Path, what: str) -> None:
+    """Create ``folder`` and a scratch file in it now, so a run that could not store its output
+    fails before it starts, not after hours of timing."""
+    import tempfile
+
+    from repro.results import InputError
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise InputError(
+            f"the {what} folder {folder} is not writable ({exc.strerror or exc}); nothing was run"
+        ) from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     _configure_backend(args.suite)
-    from repro.results import ResultSet
+    from repro.results import ResultSet, read_results
     from repro.roofline import measure_ceilings
-    from repro.suite import RunContext, figures_dir, pick_device, pick_profile
+    from repro.suite import RunContext, figures_dir, pick_profile
     from suites import get_suite
 
     mod = get_suite(args.suite)
-    device = pick_device(args.device)
+    device = _parse_device(args.device)
     profile = pick_profile(args.profile, device)
     if args.results_dir:
         os.environ["REPRO_RESULTS_DIR"] = str(Path(args.results_dir).resolve())
     results = ResultSet(args.suite, mod.ARTIFACT, profile, device)
+    # Everything the run will write must be writable, and the rows it merges into readable, now.
+    results_path = results.path()
+    _check_writable(results_path.parent, "results")
+    if results_path.exists():
+        read_results(results_path)
+    fig_root = Path(args.figures_dir) if args.figures_dir else figures_dir(device)
+    if not args.no_figure:
+        _check_writable(fig_root, "figures")
     print(f"== {args.suite}: {mod.TITLE} | device={results.prov['device']} profile={profile}", flush=True)
     ceilings = measure_ceilings(device)
     print(
@@ -56,7 +101,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"   wrote {len(results.rows)} rows to {path}")
     df = results.frame()
     if not args.no_figure:
-        fig_root = Path(args.figures_dir) if args.figures_dir else figures_dir(device)
         for p in mod.plot(df, fig_root / args.suite):
             print(f"   wrote {p}")
     _print_compare(mod, df)
@@ -89,19 +133,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    """Redraw a suite's figures from stored results, one per device and profile (full preferred)."""
+    """Redraw one suite's figures from stored results: one per device that has results (or only
+    ``--device``), from its full-profile rows where it has them. Saving is deterministic, so
+    figures of unchanged results come out byte for byte the same."""
     from repro.provenance import REPO
-    from repro.results import load_suite_results
+    from repro.results import check_device_slug, contained_path, load_suite_results
     from suites import get_suite
 
     mod = get_suite(args.suite)
     df = load_suite_results(args.suite, Path(args.results_dir) if args.results_dir else None)
+    if args.device:
+        df = df[df["device"] == check_device_slug(args.device, "--device")]
     if df.empty:
-        print(f"no results for {args.suite} yet; run: python -m repro run {args.suite}", file=sys.stderr)
+        which = f" on {args.device}" if args.device else ""
+        print(f"no results for {args.suite}{which} yet; run: python -m repro run {args.suite}", file=sys.stderr)
         return 1
+    base = Path(args.figures_dir) if args.figures_dir else REPO / "figures"
+    stems = {  # every device checked before any figure is drawn
+        dev: contained_path(base, check_device_slug(dev, f"results of {args.suite}"), args.suite, what="figure")
+        for dev in sorted(df["device"].unique())
+    }
     for dev, part in df.groupby("device"):
         prof = "full" if (part["profile"] == "full").any() else "smoke"
-        for p in mod.plot(part[part["profile"] == prof], REPO / "figures" / dev / args.suite):
+        for p in mod.plot(part[part["profile"] == prof], stems[dev]):
             print(f"wrote {p}")
     return 0
 
@@ -139,15 +193,30 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="redraw a suite's figures from stored results")
     pl.add_argument("suite")
     pl.add_argument("--results-dir", default=None)
+    pl.add_argument("--figures-dir", default=None, help="root of figures/ (default: the repo's)")
+    pl.add_argument("--device", default=None, help="redraw only this device slug, e.g. cpu")
     pl.set_defaults(fn=cmd_plot)
     d = sub.add_parser("dashboard", help="build a static offline site from results/ and figures/")
     d.add_argument("--results-dir", default=None, help="root of results/ (default: the repo's)")
     d.add_argument("--figures-dir", default=None, help="root of figures/ (default: the repo's)")
-    d.add_argument("--out", default="site", help="output folder (replaced)")
+    d.add_argument(
+        "--out",
+        default="site",
+        help="output folder: missing, empty, or a site built by this command (its contents are replaced)",
+    )
     d.set_defaults(fn=cmd_dashboard)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except ValueError as exc:  # bad input (a device, a folder, a results file): one line, no traceback
+        from repro.results import InputError
+
+        if not isinstance(exc, InputError):
+            raise
+        msg = " ".join(str(exc).split())
+        print(f"repro {args.cmd}: error: {msg}", file=sys.stderr)
+        return 2

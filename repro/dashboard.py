@@ -24,9 +24,11 @@ from pathlib import Path
 import pandas as pd
 
 from repro.paper import paper_index
-from repro.results import PROVENANCE_COLUMNS, load_suite_results
+from repro.results import PROVENANCE_COLUMNS, InputError, check_device_slug, contained_path, load_suite_results
 
 KERNEL_METRICS = ("pct_of_copy", "mask_pct_of_copy", "mask_graph_pct_of_copy")
+# Written into every site this command builds; only a folder carrying it is ever emptied.
+MARKER = ".repro-dashboard"
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5em auto;max-width:1200px;
@@ -174,11 +176,12 @@ def _gpus(df: pd.DataFrame | None) -> str:
 
 def _copy_figures(figures_dir: Path, out: Path, device: str, suite: str) -> list[str]:
     """Copy figures/<device>/<suite>.{png,svg} into the site; return the PNG's (or SVG's) site path."""
+    check_device_slug(device, f"figures of {suite}")
     shown = []
     for ext in ("png", "svg"):
-        src = figures_dir / device / f"{suite}.{ext}"
+        src = contained_path(figures_dir, device, f"{suite}.{ext}", what="figure")
         if src.is_file():
-            dst = out / "figures" / device / src.name
+            dst = contained_path(out / "figures", device, src.name, what="site figure")
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dst)
             shown.append(f"figures/{device}/{src.name}")
@@ -287,24 +290,49 @@ def _kernels_page(frames: dict[str, pd.DataFrame], results_dir: Path, out: Path)
     (out / "kernels.html").write_text(_page("Kernels: bandwidth vs roofline", "\n".join(body)), encoding="utf-8")
 
 
+def _check_out(out: Path) -> None:
+    """``out`` may be missing, an empty folder or a site this command built (it has ``MARKER``);
+    anything else (a file, a folder of someone's notes, even with an index.html) is refused."""
+    if out.is_symlink() and not out.exists():
+        raise InputError(f"--out {out} is a broken symbolic link; refusing to write through it")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise InputError(f"--out {out} exists and is not a folder; give a folder for the site")
+    if any(out.iterdir()) and not (out / MARKER).is_file():
+        raise InputError(
+            f"--out {out} is a non-empty folder without the {MARKER} marker of a site built by "
+            "`python -m repro dashboard`; refusing to replace its contents (remove it yourself or pick another folder)"
+        )
+
+
+def _clear_out(out: Path) -> None:
+    """Empty ``out`` (checked by ``_check_out``) or create it, and mark it as ours."""
+    _check_out(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for child in out.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+    (out / MARKER).write_text("built by python -m repro dashboard; the folder is replaced on rebuild\n", "utf-8")
+
+
 def build_site(
     results_dir: Path | str | None = None, figures_dir: Path | str | None = None, out: Path | str = "site"
 ) -> Path:
-    """Write the site into ``out`` (replacing it) and return the path of ``index.html``."""
+    """Write the site into ``out`` and return the path of ``index.html``. ``out`` must be missing,
+    empty or a site built here before (its contents are replaced); else an InputError."""
     from repro.provenance import REPO
     from suites import SUITES, get_suite
 
     results_dir = Path(results_dir) if results_dir else REPO / "results"
     figures_dir = Path(figures_dir) if figures_dir else REPO / "figures"
     out = Path(out)
-    if out.exists():
-        if any(out.iterdir()) and not (out / "index.html").is_file():
-            raise SystemExit(f"{out} exists and is not a site built by this command; refusing to replace it")
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-
+    _check_out(out)
     mods = {name: get_suite(name) for name in SUITES}
-    frames = {name: load_suite_results(name, results_dir) for name in SUITES}
+    frames = {name: load_suite_results(name, results_dir) for name in SUITES}  # all checked before out is touched
+    _clear_out(out)
     for name, mod in mods.items():
         if not frames[name].empty:
             _suite_page(name, mod, frames[name], figures_dir, out)

@@ -83,12 +83,26 @@ def new_figure(ncols: int = 1, width: float = 5.0, height: float = 3.4) -> tuple
     return fig, list(axes[0])
 
 
+# No date, no software version, no random ids: the same figure gives the same bytes on every
+# redraw, so redrawing committed figures from unchanged results leaves git clean.
+_METADATA = {
+    "png": {"Software": None},
+    "svg": {"Date": None, "Creator": None},
+    "pdf": {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None},
+}
+_DETERMINISTIC_RC = {"svg.hashsalt": "repro", "svg.id": None}
+
+
 def save(fig: plt.Figure, stem: Path) -> list[Path]:
-    """Write ``stem.png`` and ``stem.svg``; return both paths."""
+    """Write ``stem.png`` and ``stem.svg`` (byte for byte the same for the same figure); return both paths."""
     stem.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
-    for p in paths:
-        fig.savefig(p, bbox_inches="tight")  # keeps legends placed beside the axes
+    rc = {k: v for k, v in _DETERMINISTIC_RC.items() if k in matplotlib.rcParams}
+    with matplotlib.rc_context(rc):
+        for p in paths:
+            fmt = p.suffix[1:]
+            # bbox_inches="tight" keeps legends placed beside the axes
+            fig.savefig(p, bbox_inches="tight", metadata=_METADATA.get(fmt))
     plt.close(fig)
     return paths

@@ -9,9 +9,15 @@ machine does not erase that GPU's full-profile rows.
 
 from __future__ import annotations
 
+import contextlib
+import csv
+import io
 import math
 import os
+import re
+import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -46,6 +52,39 @@ RESULT_COLUMNS = (
     *PROVENANCE_COLUMNS,
 )
 PROFILES = ("smoke", "full")
+# Columns a row may leave empty: no extra axis, a host-side quantity without a timer, a ratio
+# without a unit (rel_err_vs_fp64). Every other column is required on every row.
+OPTIONAL_COLUMNS = frozenset({"variant", "timer", "unit"})
+# What ``repro.provenance.device_slug`` makes of a device: ``cpu`` or a GPU name such as
+# ``nvidia-h100-80gb-hbm3``. Device names become folder names, so nothing else is accepted.
+DEVICE_SLUG_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
+_TRUE, _FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
+
+
+class InputError(ValueError):
+    """A results file, a device name or a command-line input that cannot be used as is: the CLI
+    prints the message on one line and exits with status 2."""
+
+
+def check_device_slug(device: object, where: str = "") -> str:
+    """``device`` if it is a device slug (a safe single folder name), else an InputError naming it."""
+    if not isinstance(device, str) or not DEVICE_SLUG_RE.fullmatch(device):
+        at = f"{where}: " if where else ""
+        raise InputError(
+            f"{at}device {device!r} is not a device name (lower-case letters, digits and '-', "
+            "as repro.provenance.device_slug makes them, e.g. cpu or nvidia-h100-80gb-hbm3)"
+        )
+    return device
+
+
+def contained_path(base: Path, *parts: str, what: str = "path") -> Path:
+    """``base / parts``, refused (InputError) unless it resolves inside ``base``."""
+    target = base.joinpath(*parts)
+    root = base.resolve()
+    resolved = target.resolve()
+    if resolved != root and root not in resolved.parents:
+        raise InputError(f"{what} {target} resolves to {resolved}, outside {root}; refusing to use it")
+    return target
 
 
 def results_root() -> Path:
@@ -82,8 +121,11 @@ class ResultSet:
         timer: str = "",
         variant: str = "",
     ) -> None:
-        if not isinstance(value, (int, float)) or math.isnan(float(value)):
-            raise ValueError(f"refusing to record a non-numeric or NaN value for {method}/{shape}/{metric}")
+        if not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+            raise ValueError(
+                f"refusing to record a non-numeric or non-finite (NaN, inf) value {value!r} "
+                f"for {method}/{shape}/{metric}"
+            )
         self.rows.append(
             {
                 "suite": self.suite,
@@ -106,42 +148,173 @@ class ResultSet:
         return pd.DataFrame(self.rows, columns=list(RESULT_COLUMNS))
 
     def path(self, root: Path | None = None) -> Path:
-        return (root or results_root()) / self.prov["device"] / f"{self.suite}.csv"
+        """``<root>/<device-slug>/<suite>.csv``; a device or suite name that is not a plain folder
+        or file name (``..``, ``/abs``) is refused."""
+        root = root or results_root()
+        device = check_device_slug(self.prov["device"], "results folder")
+        if not DEVICE_SLUG_RE.fullmatch(self.suite.replace("_", "-")):
+            raise InputError(f"suite {self.suite!r} is not a suite name; refusing to use it as a file name")
+        return contained_path(root, device, f"{self.suite}.csv", what="results file")
 
     def write(self, root: Path | None = None) -> Path:
-        """Merge into the suite's file (replacing this profile's rows) and write it atomically."""
+        """Merge into the suite's file (replacing this profile's rows) and write it atomically.
+
+        Read, merge and write happen under an exclusive lock of the file (see ``locked``), so two
+        runs of the same suite on the same device (say a smoke and a full run) writing at once keep
+        both sides' rows."""
         if not self.rows:
             raise ValueError(f"suite {self.suite} produced no rows; nothing written")
         path = self.path(root)
         new = self.frame()
-        if path.exists():
-            old = read_results(path)
-            new = pd.concat([old[old["profile"] != self.profile], new], ignore_index=True)
-        write_atomic(new, path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with locked(path):
+            if path.exists():
+                old = read_results(path)
+                new = pd.concat([old[old["profile"] != self.profile], new], ignore_index=True)
+            write_atomic(new, path)
         return path
 
 
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``.<name>.lock`` beside ``path`` while the block runs.
+
+    Writers of ``path`` that take it run one at a time; readers need none (files are replaced
+    atomically). The lock file is removed on release (no stray files in results/): a waiter that
+    got the lock of a file already removed or replaced tries again, so at most one holds the lock
+    of the file at the path. A file rather than the folder is locked because NFS emulates flock
+    with write locks, which a read-only folder descriptor cannot take. Without ``fcntl`` (not
+    POSIX) nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    lock = path.with_name(f".{path.name}.lock")
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            try:
+                now = os.stat(lock)
+            except FileNotFoundError:
+                now = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            break
+        os.close(fd)  # removed or replaced while we waited: lock the file at the path now
+    try:
+        yield
+    finally:
+        try:
+            lock.unlink(missing_ok=True)  # before the release, so no waiter takes a removed file for the lock
+        finally:
+            os.close(fd)
+
+
+def _umask() -> int:
+    try:  # Linux >= 4.7: read it without changing it (os.umask() sets it, racing other threads)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(df: pd.DataFrame, path: Path) -> None:
+    """Write ``df`` to ``path`` through a temporary file and an atomic rename. An existing file
+    keeps its mode; a new one gets 0644 less the umask (not the temporary file's 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o644 & ~_umask()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", newline="") as fh:
             df.to_csv(fh, index=False)
+            os.fchmod(fh.fileno(), mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def _check_rows(path: Path, text: str) -> None:
+    """Every record has all columns of the header, the required ones non-empty, a finite value, a
+    known profile, a device slug and a true/false ``verified``; else an InputError naming the file
+    and the line."""
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    try:
+        header = next(reader, None)
+        while header == []:  # blank lines before the header
+            header = next(reader, None)
+        if header is None:
+            raise InputError(f"{path} is empty: not a results file")
+        missing = set(RESULT_COLUMNS) - set(header) - ({"variant"} if "method" in header else set())
+        if missing:
+            raise InputError(f"{path} is not a results file: missing columns {sorted(missing)}")
+        col = {name: i for i, name in enumerate(header)}
+        required = [c for c in RESULT_COLUMNS if c not in OPTIONAL_COLUMNS and c in col]
+        start = reader.line_num + 1
+        for cells in reader:
+            line, start = start, reader.line_num + 1
+            if not cells:  # a blank line (pandas skips it too)
+                continue
+            where = f"{path}, line {line}"
+            if len(cells) != len(header):
+                raise InputError(
+                    f"{where}: {len(cells)} fields, the header has {len(header)} (a truncated or garbled row)"
+                )
+            empty = [c for c in required if not cells[col[c]].strip()]
+            if empty:
+                raise InputError(f"{where}: empty required field(s) {', '.join(empty)} (a truncated or corrupt row)")
+            raw = cells[col["value"]]
+            try:
+                value = float(raw) if "_" not in raw else None  # float() takes 1_000; pandas does not
+            except ValueError:
+                value = None
+            if value is None:
+                raise InputError(f"{where}: value {raw!r} is not a number")
+            if not math.isfinite(value):
+                raise InputError(f"{where}: value {raw!r} is not finite")
+            if cells[col["profile"]] not in PROFILES:
+                raise InputError(f"{where}: profile {cells[col['profile']]!r} is not one of {PROFILES}")
+            check_device_slug(cells[col["device"]], where)
+            if cells[col["verified"]].strip().lower() not in _TRUE | _FALSE:
+                raise InputError(f"{where}: verified {cells[col['verified']]!r} is not True or False")
+    except csv.Error as exc:
+        raise InputError(f"{path}, line {reader.line_num}: not a valid CSV file ({exc})") from None
+
+
 def read_results(path: Path) -> pd.DataFrame:
-    df = pd.read_csv(path, dtype={"shape": str, "dtype": str, "git_commit": str, "variant": str}, keep_default_na=False)
+    """One results file, every row checked (see ``_check_rows``); an InputError (a ValueError)
+    naming the file and the line for a file that is not a complete, finite results table."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            text = fh.read()
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not a results file: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    _check_rows(path, text)
+    try:
+        df = pd.read_csv(
+            io.StringIO(text),  # the text just checked
+            dtype={"shape": str, "dtype": str, "git_commit": str, "variant": str},
+            keep_default_na=False,
+        )
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise InputError(f"{path} is not a readable results file: {exc}") from None
     if "variant" not in df.columns and "method" in df.columns:  # files written before the column existed
         df.insert(df.columns.get_loc("method") + 1, "variant", "")
-    missing = set(RESULT_COLUMNS) - set(df.columns)
-    if missing:
-        raise ValueError(f"{path} is not a results file: missing columns {sorted(missing)}")
     df["value"] = df["value"].astype(float)
-    df["verified"] = df["verified"].astype(str).str.lower().isin(["true", "1"])
+    df["verified"] = df["verified"].astype(str).str.strip().str.lower().isin(_TRUE)
     return df
 
 

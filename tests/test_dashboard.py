@@ -157,3 +157,89 @@ def test_browser_renders(site: Path, tmp_path: Path, page: str) -> None:
         dest = Path(os.environ["DASHBOARD_ARTIFACTS"])
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, dest / shot.name)
+
+
+# --- issue 21: --out safety and device names that would escape the site --------------------------
+
+
+def _build(out: Path) -> Path:
+    return build_site(FIXTURE / "results", FIXTURE / "figures", out)
+
+
+def test_out_with_foreign_index_is_not_deleted(tmp_path: Path) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "index.html").write_text("my notes index", encoding="utf-8")
+    (out / "notes.txt").write_text("precious", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"mine.*\.repro-dashboard"):
+        _build(out)
+    assert (out / "notes.txt").read_text(encoding="utf-8") == "precious"
+    assert (out / "index.html").read_text(encoding="utf-8") == "my notes index"
+
+
+def test_out_rebuilt_only_with_marker(tmp_path: Path) -> None:
+    out = tmp_path / "site"
+    _build(out)
+    assert (out / ".repro-dashboard").is_file()
+    (out / "stale.html").write_text("old page", encoding="utf-8")
+    (out / "figures" / "gone").mkdir(parents=True)
+    _build(out)  # ours: replaced, stale files gone
+    assert (out / "index.html").is_file() and not (out / "stale.html").exists()
+    assert not (out / "figures" / "gone").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _build(empty) == empty / "index.html"
+    assert _build(tmp_path / "new" / "deeper") == tmp_path / "new" / "deeper" / "index.html"
+
+
+def test_out_is_a_file(tmp_path: Path, capsys) -> None:
+    f = tmp_path / "report.html"
+    f.write_text("keep me", encoding="utf-8")
+    with pytest.raises(ValueError, match="not a folder"):
+        _build(f)
+    rc = cli_main(["dashboard", "--results-dir", str(FIXTURE / "results"), "--out", str(f)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "not a folder" in err and str(f) in err and len(err.strip().splitlines()) == 1
+    assert f.read_text(encoding="utf-8") == "keep me"
+
+
+def test_cli_dashboard_refuses_foreign_folder(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "index.html").write_text("x", encoding="utf-8")
+    rc = cli_main(["dashboard", "--results-dir", str(FIXTURE / "results"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and str(out) in err and len(err.strip().splitlines()) == 1
+    assert (out / "index.html").read_text(encoding="utf-8") == "x"
+
+
+def _escaping_fixture(tmp_path: Path, device: str) -> tuple[Path, Path]:
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE / "results", results)
+    csv = results / "cpu" / "table2.csv"
+    csv.write_text(csv.read_text(encoding="utf-8").replace(",cpu,none,", f",{device},none,"), encoding="utf-8")
+    figures = tmp_path / "a" / "b" / "figures"
+    shutil.copytree(FIXTURE / "figures", figures)
+    (figures / device).mkdir(parents=True, exist_ok=True)  # a figure where the escaping path points
+    shutil.copyfile(FIXTURE / "figures" / GPU / "table2.png", figures / device / "table2.png")
+    return results, figures
+
+
+@pytest.mark.parametrize("device", ["../../payload", "x/../../../payload"])
+def test_device_cannot_escape_site(tmp_path: Path, device: str) -> None:
+    results, figures = _escaping_fixture(tmp_path, device)
+    out = tmp_path / "a" / "b" / "site"
+    before = set(tmp_path.rglob("*"))
+    with pytest.raises(ValueError, match=r"table2\.csv.*line 2.*device"):
+        build_site(results, figures, out)
+    outside = [p for p in set(tmp_path.rglob("*")) - before if p != out and out not in p.parents]
+    assert not outside, outside
+
+
+def test_copy_figures_refuses_bad_device(tmp_path: Path) -> None:
+    from repro.dashboard import _copy_figures
+
+    for bad in ("../../payload", "/abs/payload", ".."):
+        with pytest.raises(ValueError, match="device"):
+            _copy_figures(FIXTURE / "figures", tmp_path / "site", bad, "table2")
+    assert not any(tmp_path.iterdir())

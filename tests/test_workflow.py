@@ -41,7 +41,11 @@ def test_smoke_workflow_outputs(smoke_run, suite):
     df = read_results(work / "results" / "cpu" / f"{suite}.csv")
     assert set(df["profile"]) == {"smoke"} and set(df["device"]) == {"cpu"}
     assert set(df["timer"]) <= {"cpu-perf_counter", ""}
-    assert df["verified"].all()
+    # every row is verified, except the ones whose value no check stands behind (a training
+    # step's time: only its loss was checked)
+    unchecked = df[~df["verified"]]
+    assert set(unchecked["metric"]) <= {"step_time", "mask_time_per_step"}, set(unchecked["metric"])
+    assert df["verified"].any()
     assert df["value"].notna().all() and df["git_commit"].ne("").all()
     assert any(m == "time" or m.endswith("_time") for m in set(df["metric"]))
     assert (df["gpu_name"] == "none").all()
