@@ -54,6 +54,22 @@ def check_tensor(
     return t
 
 
+def check_int(name: str, value: object, lo: int | None = None, hi: int | None = None) -> int:
+    """Validate an int argument (bools refused): TypeError if not an int, ValueError outside
+    [lo, hi] (either bound optional); the messages name the argument. Returns the value."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        if hi is None:
+            want = "a positive int" if lo == 1 else f"an int >= {lo}"
+        elif lo is None:
+            want = f"an int <= {hi}"
+        else:
+            want = f"an int in [{lo}, {hi}]"
+        raise ValueError(f"{name} must be {want}, got {value}")
+    return value
+
+
 def check_divisible(name: str, size: int, by: int, what: str) -> None:
     if size % by != 0:
         raise ValueError(f"{name} has size {size}, which is not divisible by the {what} ({by})")

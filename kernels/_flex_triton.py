@@ -23,11 +23,138 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.patterns import NM, TBS, Pattern, Vegeta
+from kernels.patterns import NM, SWEEPS, TBS, Pattern, Vegeta
+
+
+@triton.jit
+def _set(tup, i: tl.constexpr, v):
+    """``tup`` with entry ``i`` replaced by ``v`` (tuples are the kernel's arrays of rows)."""
+    return tup[:i] + (v,) + tup[i + 1 :]
+
+
+@triton.jit
+def _stack(v, N: tl.constexpr):
+    """Tuple of N = 2^b equal-shape tensors -> one tensor with b more axes of 2, entry k at the
+    row-major position k (reshape them into one axis of N)."""
+    for level in tl.static_range(N.bit_length() - 1):
+        nxt = ()
+        for k in tl.static_range(N >> (level + 1)):  # join halves: the new last axis is the next bit
+            nxt = nxt + (tl.join(v[k], v[k + (N >> (level + 1))]),)
+        v = nxt
+    return v[0]
+
+
+@triton.jit
+def _unstack(x, N: tl.constexpr):
+    """Inverse of ``_stack``: a tensor whose last b axes (of 2 each) index N = 2^b entries in
+    row-major order -> the tuple of its N slices."""
+    parts = (x,)
+    for level in tl.static_range(N.bit_length() - 1):
+        lo = ()
+        hi = ()
+        for m in tl.static_range(1 << level):  # parts[m]: the entries whose low ``level`` bits are m
+            a, b = tl.split(parts[m])  # the next bit
+            lo = lo + (a,)
+            hi = hi + (b,)
+        parts = lo + hi
+    return parts
+
+
+@triton.jit
+def _best_combine(hi1, ja1, lo1, jb1, hi2, ja2, lo2, jb2):
+    """Merge two lanes' (largest, column, smallest, column), lowest column on ties."""
+    ta = (hi2 > hi1) | ((hi2 == hi1) & (ja2 < ja1))
+    tb = (lo2 < lo1) | ((lo2 == lo1) & (jb2 < jb1))
+    return tl.where(ta, hi2, hi1), tl.where(ta, ja2, ja1), tl.where(tb, lo2, lo1), tl.where(tb, jb2, jb1)
+
+
+@triton.jit
+def _permutation_start(t, n, hh, X: tl.constexpr, ANTI: tl.constexpr):
+    """Rows (local 8-column bitmasks, [TC, H] each) of the n best permutations of one family,
+    and their retained sum [TC]: permutation s holds column (i + s) mod X of row i (wrapped
+    diagonals) or (s - i) mod X (anti-diagonals, ``ANTI``); scores summed row by row."""
+    H: tl.constexpr = X // 8
+    score = ()
+    for s in tl.static_range(X):
+        acc = tl.zeros_like(t[0][0])
+        for i in tl.static_range(X):  # column c = (s - i) mod X or (i + s) mod X, in lane c // 8
+            v = t[i][(((s - i) if ANTI else (i + s)) % X) % 8]
+            if H > 1:
+                v = tl.where(hh == (((s - i) if ANTI else (i + s)) % X) // 8, v, 0.0)
+            acc = acc + v
+        score = score + (tl.sum(acc, axis=1),)
+    # rank of s: #greater + #equal with a lower index (the reference's _rank_select)
+    rank = ()
+    for _s in tl.static_range(X):
+        rank = rank + (tl.zeros_like(n),)
+    for s in tl.static_range(X):
+        for q in tl.static_range(s + 1, X):
+            beats = (score[q] > score[s]).to(tl.int32)  # q beats s; else s beats q (ties to s < q)
+            rank = _set(rank, s, rank[s] + beats)
+            rank = _set(rank, q, rank[q] + 1 - beats)
+    kept = tl.zeros_like(n)
+    total = tl.zeros_like(score[0])
+    for s in tl.static_range(X):
+        keep = rank[s] < n
+        kept = kept | (keep.to(tl.int32) << s)
+        total = total + tl.where(keep, score[s], 0.0)
+    rows = ()
+    full: tl.constexpr = (1 << X) - 1
+    for i in tl.static_range(X):
+        # column c of row i is on diagonal (c - i) mod X (rotate left by i), on anti-diagonal
+        # (c + i) mod X (rotate right by i, i.e. left by X - i)
+        if ANTI:  # noqa: SIM108 (a constexpr branch; shift amounts stay constants)
+            bits = ((kept << ((X - i) % X)) | (kept >> (X - (X - i) % X))) & full
+        else:
+            bits = ((kept << i) | (kept >> (X - i))) & full
+        rows = rows + (((bits[:, None] >> (8 * hh)) & 255),)
+    return rows, total
+
+
+@triton.jit
+def _best_swap(d, ki, kp, hh, H: tl.constexpr):
+    """For a row pair (i, p) with d[j] = t[p, j] - t[i, j] (this lane's 8 columns): the largest
+    d over a = K_i & ~K_p and the smallest over b = K_p & ~K_i, each with its column (lowest on
+    ties; -inf / +inf if empty). Returns (gain, column i gives, column p gives), per tile."""
+    a = ki & ~kp
+    b = kp & ~ki
+    hi = tl.full(ki.shape, float("-inf"), tl.float32)
+    lo = tl.full(ki.shape, float("inf"), tl.float32)
+    ja = tl.zeros_like(ki)
+    jb = tl.zeros_like(ki)
+    for j in tl.static_range(8):
+        ta = ((a & (1 << j)) != 0) & (d[j] > hi)
+        hi = tl.where(ta, d[j], hi)
+        ja = tl.where(ta, j, ja)
+        tb = ((b & (1 << j)) != 0) & (d[j] < lo)
+        lo = tl.where(tb, d[j], lo)
+        jb = tl.where(tb, j, jb)
+    hi, ja, lo, jb = tl.reduce((hi, ja + 8 * hh, lo, jb + 8 * hh), 1, _best_combine)
+    return hi - lo, ja, jb
+
+
+@triton.jit
+def _swap_round(t, k, total, hh, r: tl.constexpr, X: tl.constexpr):
+    """One round of row-pair swaps (rows i and i XOR r) on one start's rows ``k``."""
+    H: tl.constexpr = X // 8
+    for i in tl.static_range(X):
+        if i < (i ^ r):  # the pair (i, p = i XOR r)
+            d = ()
+            for j in tl.static_range(8):
+                d = d + (t[i ^ r][j] - t[i][j],)
+            gain, ja, jb = _best_swap(d, k[i], k[i ^ r], hh, H)
+            move = gain > 0
+            ga = tl.where((hh == (ja >> 3)[:, None]), 1 << (ja & 7)[:, None], 0)
+            gb = tl.where((hh == (jb >> 3)[:, None]), 1 << (jb & 7)[:, None], 0)
+            flip = tl.where(move[:, None], ga | gb, 0)
+            k = _set(k, i, k[i] ^ flip)
+            k = _set(k, i ^ r, k[i ^ r] ^ flip)
+            total = total + tl.where(move, gain, 0.0)
+    return k, total
 
 
 @triton.jit(do_not_specialize=["seed"])
-def _flex_tbs_circulant_kernel(
+def _flex_tbs_kernel(
     w_ptr,
     m_ptr,
     pivot,
@@ -38,43 +165,64 @@ def _flex_tbs_circulant_kernel(
     stride_m,
     X: tl.constexpr,
     TC: tl.constexpr,
+    SWEEPS: tl.constexpr,
     PIVOT_PTR: tl.constexpr = False,
 ):
+    """TBS(X) for X = 8, 16: count vs pivot, Philox draw of n per tile, then the selection of
+    ``kernels.patterns.tbs_select_swaps`` (two permutation starts, SWEEPS sweeps of row-pair
+    swaps, the better start). A tile's X rows are X tensors of [TC, H] per column (H = X / 8
+    lanes hold 8 columns each), so a tile sits in H threads' registers, a row pair's work is
+    elementwise, and only the per-pair maxima cross lanes (for X = 16)."""
+    H: tl.constexpr = X // 8
     if PIVOT_PTR:  # ``pivot`` points at the device state (pivot, tie share); ``tie`` is unused
         tie = tl.load(pivot + 1)
         pivot = tl.load(pivot)
-    # one tile row, TC tiles along it, each loaded in its natural layout [tile, i, j] (j contiguous)
     tr = tl.program_id(0)
     tc = tl.program_id(1) * TC + tl.arange(0, TC)
-    i = tl.arange(0, X)
-    j = tl.arange(0, X)
-    col = X * tc[:, None, None] + j[None, None, :]
-    row = (X * tr + i).to(tl.int64)
-    inb = (tc < n_tile_cols)[:, None, None]
-    x = tl.abs(tl.load(w_ptr + row[None, :, None] * stride_w + col, mask=inb, other=0.0).to(tl.float32))
-    gt = tl.sum(tl.sum((x > pivot).to(tl.int32), axis=2), axis=1)  # [tile]
-    eq = tl.sum(tl.sum((x == pivot).to(tl.int32), axis=2), axis=1)
+    hh = tl.arange(0, H)[None, :]
+    row0 = (X * tr).to(tl.int64)
+    # one load of the whole [X rows, TC * H, 8] block (tile-major, then column group: neighbouring
+    # lanes hold the column groups of one tile, so the per-pair maxima cross lanes of a warp only;
+    # a load per row makes Triton's coalescing pass walk the whole computation once per row)
+    q = tl.program_id(1) * (TC * H) + tl.arange(0, TC * H)
+    r3 = tl.arange(0, X)[:, None, None]
+    col = 8 * q[None, :, None] + tl.arange(0, 8)[None, None, :]
+    x = tl.load(w_ptr + (row0 + r3) * stride_w + col, mask=(q < n_tile_cols * H)[None, :, None], other=0.0)
+    x = tl.abs(x.to(tl.float32))
+    gt = tl.sum(tl.sum((x > pivot).to(tl.int32), axis=2), axis=0)  # [TC * H]
+    eq = tl.sum(tl.sum((x == pivot).to(tl.int32), axis=2), axis=0)
+    x = tl.permute(x, (1, 2, 0))  # [TC * H, 8, X]
+    if X == 8:
+        rows = _unstack(tl.reshape(x, (TC, H, 2, 2, 2, 2, 2, 2)), X)  # X x [TC, H, 2, 2, 2]
+    else:
+        rows = _unstack(tl.reshape(x, (TC, H, 2, 2, 2, 2, 2, 2, 2)), X)
+    t = ()  # t[i][j]: |w| of row i, column 8 h + j of each tile (lane h), [TC, H] float32
+    for i in tl.static_range(X):
+        t = t + (_unstack(rows[i], 8),)
+    gt = tl.sum(tl.reshape(gt, (TC, H)), axis=1)
+    eq = tl.sum(tl.reshape(eq, (TC, H)), axis=1)
     c = gt.to(tl.float32) + eq.to(tl.float32) * tie  # wanted entries, ties shared
     lo = tl.floor(c / X)
     u = tl.rand(seed, tr * n_tile_cols + tc)
     n = (lo + ((u * X) < (c - X * lo)).to(tl.float32)).to(tl.int32)
-    # wrapped diagonal s holds the entries with (j - i) mod X == s; score = its |w| sum
-    diag = (j[None, None, :] - i[None, :, None] + X) % X  # [1, i, j]
-    s_idx = tl.arange(0, X)
-    score = tl.zeros([TC, X], dtype=tl.float32)
-    for s in tl.static_range(X):
-        ds = tl.sum(tl.sum(tl.where(diag == s, x, 0.0), axis=2), axis=1)  # [tile]
-        score = tl.where(s_idx[None, :] == s, ds[:, None], score)
-    a = score[:, :, None]
-    b = score[:, None, :]
-    before = s_idx[None, None, :] < s_idx[None, :, None]
-    rank = tl.sum(((b > a) | ((b == a) & before)).to(tl.int32), axis=2)  # [tile, s]: per tile, cheap
-    keep_s = (rank < n[:, None]).to(tl.int32)
-    keep = tl.zeros([TC, X, X], dtype=tl.int32)
-    for s in tl.static_range(X):
-        ks = tl.sum(tl.where(s_idx[None, :] == s, keep_s, 0), axis=1)  # [tile]
-        keep = tl.where(diag == s, ks[:, None, None], keep)
-    tl.store(m_ptr + row[None, :, None] * stride_m + col, keep.to(tl.int8), mask=inb)
+    kd, total_d = _permutation_start(t, n, hh, X, False)
+    ka, total_a = _permutation_start(t, n, hh, X, True)
+    for _ in range(SWEEPS):
+        for r in tl.static_range(1, X):
+            kd, total_d = _swap_round(t, kd, total_d, hh, r, X)
+            ka, total_a = _swap_round(t, ka, total_a, hh, r, X)
+    anti = (total_a > total_d)[:, None]
+    keep = ()
+    for i in tl.static_range(X):
+        keep = keep + (tl.where(anti, ka[i], kd[i]),)
+    # one store of the whole [TC, H, X rows, 8] block (a store per row makes Triton's coalescing
+    # pass walk the whole computation once per row: minutes of compilation at X = 16)
+    keep = tl.reshape(_stack(keep, X), (TC, H, X))[:, :, :, None]
+    r4 = tl.arange(0, X)[None, None, :, None]
+    j4 = tl.arange(0, 8)[None, None, None, :]
+    col4 = X * tc[:, None, None, None] + 8 * hh[:, :, None, None] + j4
+    y = ((keep >> j4) & 1).to(tl.int8)
+    tl.store(m_ptr + (row0 + r4) * stride_m + col4, y, mask=(tc < n_tile_cols)[:, None, None, None])
 
 
 @triton.jit(do_not_specialize=["seed"])
@@ -151,6 +299,10 @@ def has_fast_kernel(pattern: Pattern) -> bool:
 # 13824x5120 bf16 weight (results/tuning/h100_sweep_flex.txt): 2:4 98%, Vegeta(4) 53%, Vegeta(8)
 # 57%, TBS(8) 98% of the copy bandwidth. Group size m <= 4 wants small programs, m = 8 twice that.
 GROUPS_ELEMS, GROUPS_WARPS = 1024, 4
+# TBS(x >= 8) (``_flex_tbs_kernel``): a tile takes x / 8 lanes (all x rows, 8 columns each), so
+# CIRCULANT_ELEMS is the |w| budget of a program at x = 8 (x / 8 times more at larger x: the same
+# per lane); keep CIRCULANT_ELEMS / 64 >= 32 * CIRCULANT_WARPS, or lanes hold copies of tiles.
+# (The name stays from the wrapped-diagonal kernel; scripts/gpu_probe_tbs_select.py tunes it.)
 CIRCULANT_ELEMS, CIRCULANT_WARPS = 8192, 4
 
 
@@ -186,9 +338,9 @@ def mask_launch(
     if isinstance(pattern, TBS):
         x = pattern.x
         tcols = c // x
-        tc = max(1, min(triton.next_power_of_2(tcols), CIRCULANT_ELEMS // (x * x)))
-        args = (w, m8, pivot, tie, seed, tcols, w.stride(0), out.stride(0), x, tc, dev)
-        return _flex_tbs_circulant_kernel, (r // x, triton.cdiv(tcols, tc)), args, CIRCULANT_WARPS
+        tc = max(1, min(triton.next_power_of_2(tcols), CIRCULANT_ELEMS // (8 * x)))
+        args = (w, m8, pivot, tie, seed, tcols, w.stride(0), out.stride(0), x, tc, SWEEPS, dev)
+        return _flex_tbs_kernel, (r // x, triton.cdiv(tcols, tc)), args, CIRCULANT_WARPS
     if isinstance(pattern, Vegeta):
         m, g, fixed = pattern.m, pattern.tile_len // pattern.m, -1
         c1, c2 = pattern.configs[1], pattern.configs[2]

@@ -27,11 +27,12 @@ they differ only in the per-tile configuration (and in speed).
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
 from kernels import _launch
-from kernels._common import FLOAT_DTYPES, check_tensor, use_triton
+from kernels._common import FLOAT_DTYPES, check_int, check_tensor, use_triton
 from kernels.patterns import NM, TBS, Pattern, Unstructured, Vegeta
 
 
@@ -159,6 +160,54 @@ def _check(w: torch.Tensor, pattern: object, density: object, method: str, check
     return d
 
 
+_SEED_LIMIT = 1 << 31  # seeds stay int32 kernel arguments (one compiled variant, direct launches)
+
+
+def _check_seed(seed: object) -> int:
+    """The one seed check of ``flex_mask`` and ``FlexMasker``: an int in [0, 2**31)."""
+    return check_int("seed", seed, lo=0, hi=_SEED_LIMIT - 1)
+
+
+def _check_real(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    return float(value)
+
+
+def _check_pivot(pivot: object) -> float | None:
+    """None, or a real number that is not NaN (every comparison with NaN is False: the mask
+    would silently keep nothing). A negative pivot is allowed: |w| >= 0 > pivot, so every entry
+    counts as above it; +inf keeps nothing."""
+    if pivot is None:
+        return None
+    p = _check_real("pivot", pivot)
+    if math.isnan(p):
+        raise ValueError("pivot must not be NaN (no |w| compares with it: the mask would be empty)")
+    return p
+
+
+def _unstructured_mask(
+    w: torch.Tensor, pivot: float | torch.Tensor, tie: float | torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Unstructured mask with the tie rule: every entry with |w| > pivot, and of the entries with
+    |w| == pivot the first round(tie * #(|w| == pivot)) in flat (row-major) index order (ties to
+    the lower index; ``round`` half to even, in float64).
+
+    ``pivot`` and ``tie``: Python floats (magnitudes compared in float32, as ``tile_counts``
+    does), or 0-dim device tensors (the masker's state; magnitudes compared in w's dtype, which
+    holds such a pivot exactly): then only device ops, no host sync. Written into ``out`` if given."""
+    a = w.abs()
+    if not isinstance(pivot, torch.Tensor):
+        a = a.float()
+    keep = torch.gt(a, pivot) if out is None else torch.gt(a, pivot, out=out)
+    eq = torch.eq(a, pivot).reshape(-1)  # row-major order whatever w's strides
+    idx = torch.int32 if eq.numel() < 2**31 else torch.int64
+    need = torch.round(eq.sum(dtype=torch.float64) * tie).to(idx)
+    first = eq & (torch.cumsum(eq, 0, dtype=idx) <= need)
+    keep |= first.reshape(keep.shape)
+    return keep
+
+
 def flex_mask(
     w: torch.Tensor,
     pattern: Pattern,
@@ -177,8 +226,18 @@ def flex_mask(
     ``tie``: the weight of entries equal to the pivot in the budget (``tie_share`` over the
     tensors that share the pivot); computed from ``w`` when the pivot is, else 1.0.
     ``check_finite=False`` skips the NaN/Inf scan (one extra read and a host sync).
+    ``seed``: an int in [0, 2**31) (the draws of ``method="fast"``; checked for every method, as
+    ``FlexMasker`` does). ``pivot`` must not be NaN; a negative pivot keeps every entry.
+
+    ``Unstructured()`` meets the budget with ties: it keeps every |w| > pivot and, of the entries
+    equal to the pivot, the first round(tie * #(|w| == pivot)) in flat (row-major) index order
+    (ties to the lower index). With the pivot computed here (single tensor) the tie share is
+    (k - #(|w| > pivot)) / #(|w| == pivot), so exactly k = round(density * numel) entries are
+    kept; with a shared pivot, this tensor keeps round(tie * its own #(|w| == pivot)) of its ties.
     """
     d = _check(w, pattern, density, method, check_finite)
+    seed = _check_seed(seed)
+    pivot = _check_pivot(pivot)
     if pivot is None and not needs_pivot(pattern):  # one fixed configuration: no pivot needed
         pivot, tie = 0.0, 1.0
     if pivot is None:
@@ -186,11 +245,11 @@ def flex_mask(
 
         pivot = find_pivot(w, d, method="exact")
         tie = tie_share(w, pivot, d) if tie is None else tie
-    tie = 1.0 if tie is None else float(tie)
+    tie = 1.0 if tie is None else _check_real("tie", tie)
     if not 0.0 <= tie <= 1.0:
         raise ValueError(f"tie must lie in [0, 1], got {tie}")
     if isinstance(pattern, Unstructured):
-        return w.abs() >= pivot
+        return _unstructured_mask(w, pivot, tie)
     if method == "fast" and use_triton(w):
         from kernels._flex_triton import fast_mask_triton, has_fast_kernel
 
@@ -206,23 +265,16 @@ def flex_mask_reference(
 
     The budget of ``w`` is its wanted count #(|w| > pivot) + tie * #(|w| == pivot): with a pivot
     shared by many tensors (a whole model), each tensor keeps what the global Top-K gives it;
-    ``density`` is the target the pivot was computed for (used for validation only)."""
+    ``density`` is the target the pivot was computed for (used for validation only).
+
+    ``Unstructured()`` here is the plain threshold |w| >= pivot (every tie kept; the PyTorch
+    baselines of ``kernels.flex_torch`` reproduce it); ``flex_mask`` and ``FlexMasker`` apply the
+    tie share to it (see ``flex_mask``)."""
     if isinstance(pattern, Unstructured):
         return w.abs() >= pivot
     mags, counts = tile_counts(w, pattern, pivot, tie)
     n = choose_configs(method, pattern, counts, round(float(counts.sum())), seed)
     return pattern.untile(pattern.select(mags, n), tuple(w.shape))
-
-
-_SEED_LIMIT = 1 << 31  # seeds stay int32 kernel arguments (one compiled variant, direct launches)
-
-
-def _check_seed(seed: object) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {seed!r}")
-    if not 0 <= seed < _SEED_LIMIT:
-        raise ValueError(f"seed must lie in [0, 2**31), got {seed}")
-    return seed
 
 
 class FlexMasker:
@@ -244,6 +296,12 @@ class FlexMasker:
     capture) skips that read: the count stays in ``nonfinite`` (a 0-dim device tensor) for the
     caller to inspect. Returns the preallocated masks, overwritten by the next call (clone what
     you keep).
+
+    ``Unstructured()`` follows ``flex_mask``'s tie rule with the exact tie share of all weights,
+    (k - #(|w| > pivot)) / #(|w| == pivot) in float64 (``pivot_and_tie`` reports its float32
+    rounding): each weight keeps its |w| > pivot and the first round(share * its #(|w| == pivot))
+    entries equal to the pivot (flat index order), so the total is k to within len(weights) / 2,
+    exactly k for a single weight. Device ops only (a cumulative sum over the equality mask).
 
     Fallbacks (same masks as ``flex_mask(w, pattern, density, "fast", seed, pivot, tie=tie)`` with
     the exact pivot and tie share of all weights): without Triton (CPU, no interpreter) the
@@ -298,6 +356,7 @@ class FlexMasker:
         self.k = round(self.density * self.n)
         self.masks = [torch.zeros(w.shape, dtype=torch.bool, device=self.device) for w in ws]
         self.state = torch.zeros(2, dtype=torch.float32, device=self.device)  # pivot, tie share
+        self.tie64 = torch.ones((), dtype=torch.float64, device=self.device)  # exact share (Unstructured)
 
         from kernels._pivot_triton import COUNTS_LEN, NONFINITE
 
@@ -411,8 +470,7 @@ class FlexMasker:
 
     def _masks_from_state(self, stream: int | None) -> None:
         if isinstance(self.pattern, Unstructured):
-            for w, m in zip(self.weights, self.masks, strict=True):
-                torch.ge(w.abs(), self.state[0], out=m)
+            self._unstructured_masks()
         elif self._fused:
             for x in self._mask_launches:
                 x(stream)
@@ -420,6 +478,18 @@ class FlexMasker:
             pivot, tie = self.state.tolist()
             for w, m in zip(self.weights, self.masks, strict=True):
                 m.copy_(flex_mask_reference(w, self.pattern, self.density, "fast", self.seed, pivot, tie))
+
+    def _unstructured_masks(self) -> None:
+        """Unstructured masks from the pivot in ``state`` and the float64 share ``tie64`` (on the
+        device-pivot path computed here from the select kernel's counts); no host sync."""
+        if self._device_pivot:
+            from kernels._pivot_triton import EQ, GT
+
+            gt, eq = self.counts[GT].double(), self.counts[EQ].double()
+            # as the host computes it: min(1, max(0, (k - gt) / eq)), 1.0 without ties
+            self.tie64.copy_(((self.k - gt) / eq.clamp(min=1.0)).clamp(0.0, 1.0).masked_fill(eq == 0, 1.0))
+        for w, m in zip(self.weights, self.masks, strict=True):
+            _unstructured_mask(w, self.state[0], self.tie64, out=m)
 
     def _fixed_call(self, check: bool) -> list[torch.Tensor]:
         """One fixed configuration (n:m): the mask kernels alone, no pivot. ``check`` scans the
@@ -446,8 +516,11 @@ class FlexMasker:
             pivot = find_pivot(self.weights, self.density, method="exact")  # raises on NaN/Inf
             tie = tie_share(self.weights, pivot, self.density)
         self.state.copy_(torch.tensor([pivot, tie], dtype=torch.float32))
+        self.tie64.fill_(tie)
         if self._triton:
             self._masks_from_state(_launch.direct_stream(self.device) if self.direct else None)
+        elif isinstance(self.pattern, Unstructured):
+            self._unstructured_masks()
         else:
             tie = float(self.state[1])  # float32, as a kernel would see it
             for w, m in zip(self.weights, self.masks, strict=True):
@@ -455,7 +528,8 @@ class FlexMasker:
         return list(self.masks)
 
     def pivot_and_tie(self) -> tuple[float, float]:
-        """(pivot, tie share) of the last call, read from the device (a host sync)."""
+        """(pivot, tie share) of the last call, read from the device (a host sync); the share as
+        float32 (what the mask kernels read; ``tie64`` holds it in float64)."""
         pivot, tie = self.state.tolist()
         return pivot, tie
 

@@ -348,6 +348,11 @@ def _mvue24_into(
         )
 
 
+def _check_generator(generator: object) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+
+
 def _draw_seed(generator: torch.Generator | None) -> int:
     if generator is None:
         return int(torch.randint(0, _SEED_BOUND, (1,)).item())
@@ -370,6 +375,7 @@ def mvue24(
     Randomness: ``seed`` if given, else one int drawn from ``generator`` (or torch's default).
     """
     x, d, amax = _validate(x, dim)
+    _check_generator(generator)
     if seed is not None:
         seed = _check_seed(seed)
     if not use_triton(x):
@@ -438,6 +444,7 @@ def mvue24_reference(
     ``torch.rand(generator=generator)``.
     """
     x, d, amax = _validate(x, dim)
+    _check_generator(generator)
     n_groups = x.numel() // GROUP
     if u is None:
         u = torch.rand(n_groups, generator=generator, device=x.device, dtype=torch.float32)
@@ -462,6 +469,7 @@ def mvue24_seed_tensor(
 ) -> torch.Tensor:
     """A fresh int64 seed tensor (shape [1]) for :func:`mvue24_nocheck`, drawn on the host from
     ``generator`` (or torch's default, so ``torch.manual_seed`` makes it reproducible)."""
+    _check_generator(generator)
     seed = torch.randint(0, 2**62, (1,), dtype=torch.int64, generator=generator)
     return seed.to(device) if device is not None else seed
 

@@ -49,7 +49,7 @@ def nm_mask(w: torch.Tensor, n: int, m: int, dim: int = -1, *, check_finite: boo
     NaN/Inf scan of the input (one read and a host sync) is skipped with ``check_finite=False``
     (then a call can be captured in a CUDA graph)."""
     _check(w, n, m, dim, check_finite)
-    if n in (0, m):
+    if n in (0, m) or w.numel() == 0:  # an empty w gets an empty mask of its shape
         return torch.full(w.shape, n == m, device=w.device)
     if not use_triton(w) or m & (m - 1):
         return _stable_nm(w, n, m, dim)

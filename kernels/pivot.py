@@ -450,6 +450,8 @@ def find_pivot_stats(
     unknown option).
     """
     _check_args(density, method, opts)
+    if group is not None and not (dist.is_available() and isinstance(group, dist.ProcessGroup)):
+        raise TypeError(f"group must be a torch.distributed ProcessGroup or None, got {type(group).__name__}")
     check_finite = bool(opts.get("check_finite", True))
     flats = _flatten(tensors, group, check_finite)
     comm = _Comm(group)

@@ -285,6 +285,9 @@ class _SparseLinearFn(torch.autograd.Function):
         return dx, dw, db, None, None, None, None, None
 
 
+_SPARSE_STATE_KEYS = ("mode", "dense", "mask_stale", "have_prev", "mask", "flip_ref", "mvue_seed")
+
+
 class SparseLinear(nn.Linear):
     """Drop-in ``nn.Linear`` whose GEMMs are 2:4 sparse as the ``mode`` prescribes.
 
@@ -489,6 +492,12 @@ class SparseLinear(nn.Linear):
         place, so a captured graph sees them."""
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict from sparse_state_dict(), got {type(state).__name__}")
+        missing = [k for k in _SPARSE_STATE_KEYS if k not in state]
+        if missing:
+            raise ValueError(
+                f"state for {type(self).__name__}({self.extra_repr()}) is missing key(s) {missing}; "
+                f"sparse_state_dict() gives {list(_SPARSE_STATE_KEYS)}"
+            )
         if state.get("mode") != self.mode:
             raise ValueError(f"state is for mode={state.get('mode')!r}, this layer has mode={self.mode!r}")
         for name, buf in (("mask", self._mask), ("flip_ref", self._flip_ref), ("mvue_seed", self.mvue_seed)):

@@ -4,12 +4,28 @@ the mask and its transpose are both 2:4 (forward and backward GEMMs share one sp
 Three implementations of one problem, maximise sum(|W| * M) over transposable masks M:
 - ``transposable_mask_reference``: plain PyTorch, scores all 90 patterns with one matmul (the
   paper's "convolution") and takes the argmax; the ground truth of the tests;
-- ``method="exhaustive"``: the Triton kernel of ``_transposable_triton.py`` (same optimum, one
-  pass over W, see ``_gen_transposable`` for the search order);
+- ``method="exhaustive"``: the Triton kernel of ``_transposable_triton.py`` (same optimum up to
+  float32 rounding, one pass over W, see ``_gen_transposable`` for the search order; precision
+  below);
 - ``method="approx2"``: the greedy 2-approximation of Hubara et al. 2021 (visit the 16 entries of
   a tile in decreasing |w|, keep one while its row and column hold fewer than 2), vectorised
   over tiles in PyTorch. Greedy can stall below 8 entries; a stalled tile is completed by
   augmenting swaps, so the result is always a valid transposable mask.
+
+Precision of the Triton ``exhaustive`` search. It scores patterns by float32 sums of |w| / 8 (the
+power-of-two scale is exact for |w| >= 2**-123 and keeps every sum below float32's maximum, so
+weights up to float32's maximum do not overflow). Each score passes through three float32
+roundings (pair, row pair, both halves), so it is within a factor (1 +- g), g = 3 * 2**-24 /
+(1 - 3 * 2**-24), of the exact sum, and the pattern chosen keeps at least (1 - g) / (1 + g) >
+1 - 3.6e-7 of the tile's optimum (1 - 4e-7 counting the subnormal rounding of entries below
+2**-123, in a tile whose max |w| is at least 2**-100). Rounding can therefore only decide between
+patterns whose exact sums lie within 3.6e-7 of the optimum, except where an entry is itself that
+small: a nonzero |w| <= 2**-18 x its tile's max (e.g. 1 beside 1e8, which float32 sums absorb)
+could be dropped for nothing. With ``check_finite=True`` (default) the scan that refuses NaN/Inf
+also finds those tiles, and the tiles whose max |w| is below 2**-100 (scaled into float32's
+subnormal range), and rescores them in float64 as the reference does (their masks are the
+reference's). ``check_finite=False`` skips the scan (no host sync): the bound above is then the
+guarantee (tiles with max |w| < 2**-100 are decided at subnormal precision).
 """
 
 from __future__ import annotations
@@ -18,6 +34,8 @@ import functools
 import itertools
 
 import torch
+import triton
+import triton.language as tl
 
 from kernels._common import FLOAT_DTYPES, check_divisible, check_tensor, use_triton
 
@@ -194,6 +212,69 @@ def _config(r: int, c: int, elem: int) -> tuple[int, int, int]:
     return 1, tc, 2 if elem == 2 else 4
 
 
+# an entry of at most this fraction of its tile's max may be dropped by the float32 search (its
+# loss bound is 3.6e-7 x the optimum <= 3.6e-7 x 8 x max = 2.9e-6 x max, below 2**-18 x max = 3.8e-6
+# x max): such tiles are rescored in float64
+_TINY_FRACTION = 2.0**-18
+# tiles whose max |w| is below this are scaled (by 1/8) into float32's subnormal range
+_TINY_TILE = 2.0**-100
+
+
+@triton.jit
+def _scan_kernel(w_ptr, flag_ptr, n_tile_cols, stride_w, tiny_fraction, tiny_tile, TC: tl.constexpr):
+    """Per 4x4 tile: 2 if it holds NaN/Inf, else 1 if a nonzero |w| <= tiny_fraction x the tile's
+    max or 0 < max < tiny_tile, else 0 (one int8 per tile, row-major)."""
+    tr = tl.program_id(0).to(tl.int64)
+    tc = tl.program_id(1) * TC + tl.arange(0, TC)
+    cols = 4 * tc[:, None] + tl.arange(0, 4)[None, :]  # [TC, 4]
+    inb = (tc < n_tile_cols)[:, None]
+    row = w_ptr + 4 * tr * stride_w + cols
+    x0 = tl.abs(tl.load(row, mask=inb, other=0.0).to(tl.float32))
+    x1 = tl.abs(tl.load(row + stride_w, mask=inb, other=0.0).to(tl.float32))
+    x2 = tl.abs(tl.load(row + 2 * stride_w, mask=inb, other=0.0).to(tl.float32))
+    x3 = tl.abs(tl.load(row + 3 * stride_w, mask=inb, other=0.0).to(tl.float32))
+    big = tl.maximum(tl.maximum(tl.max(x0, 1), tl.max(x1, 1)), tl.maximum(tl.max(x2, 1), tl.max(x3, 1)))
+    thr = (big * tiny_fraction)[:, None]
+    inf = float("inf")
+    bad = tl.max(((x0 != x0) | (x0 == inf) | (x1 != x1) | (x1 == inf)).to(tl.int32), 1)
+    bad = tl.maximum(bad, tl.max(((x2 != x2) | (x2 == inf) | (x3 != x3) | (x3 == inf)).to(tl.int32), 1))
+    tiny = tl.max((((x0 > 0) & (x0 <= thr)) | ((x1 > 0) & (x1 <= thr))).to(tl.int32), 1)
+    tiny = tl.maximum(tiny, tl.max((((x2 > 0) & (x2 <= thr)) | ((x3 > 0) & (x3 <= thr))).to(tl.int32), 1))
+    tiny = tl.maximum(tiny, ((big > 0) & (big < tiny_tile)).to(tl.int32))
+    flag = tl.where(bad > 0, 2, tiny)
+    tl.store(flag_ptr + tr * n_tile_cols + tc, flag.to(tl.int8), mask=tc < n_tile_cols)
+
+
+def _scan_for_exact(w: torch.Tensor) -> torch.Tensor | None:
+    """The check pass of the Triton exhaustive path (one read of W, one int8 per tile, one host
+    sync): refuse NaN/Inf (as ``check_finite`` does) and return the [T, 2] (tile row, tile column)
+    indices of the tiles to rescore in float64 (see the module docstring), or None if none."""
+    r, c = w.shape
+    if w.numel() == 0:
+        return None
+    if w.stride(1) != 1:
+        w = w.contiguous()
+    flags = torch.empty(r // 4, c // 4, dtype=torch.int8, device=w.device)
+    tc = min(128, 1 << max(0, (c // 4 - 1).bit_length()))
+    grid = (r // 4, -(-(c // 4) // tc))
+    _scan_kernel[grid](w, flags, c // 4, w.stride(0), _TINY_FRACTION, _TINY_TILE, TC=tc, num_warps=4)
+    worst = int(flags.max())
+    if worst == 2:
+        raise ValueError("w contains NaN or Inf; refusing to compute on non-finite values")
+    return (flags == 1).nonzero() if worst == 1 else None
+
+
+def _rescore_float64(w: torch.Tensor, out: torch.Tensor, tiles: torch.Tensor) -> None:
+    """Overwrite the masks of ``tiles`` ([T, 2] tile row and column) in ``out`` with the float64
+    argmax over the 90 patterns (the reference's scoring and tie-breaking)."""
+    r, c = w.shape
+    ti, tj = tiles[:, 0], tiles[:, 1]
+    blk = w.reshape(r // 4, 4, c // 4, 4)[ti, :, tj, :]  # [T, 4, 4]
+    scores = blk.abs().to(torch.float64).reshape(-1, 16) @ _patterns_on(w.device, torch.float64).T
+    best = _patterns_on(w.device, torch.bool)[scores.argmax(1)]
+    out.view(r // 4, 4, c // 4, 4)[ti, :, tj, :] = best.view(-1, 4, 4)
+
+
 def transposable_mask(
     w: torch.Tensor, n: int = 2, m: int = 4, method: str = "exhaustive", check_finite: bool = True
 ) -> torch.Tensor:
@@ -205,14 +286,25 @@ def transposable_mask(
 
     ``check_finite=False`` skips the NaN/Inf scan of ``w`` (one extra read of W and a host sync);
     shape, dtype and device are always checked. Use it only on weights known to be finite.
+
+    Precision of the Triton ``exhaustive`` path (see the module docstring): every tile keeps at
+    least 1 - 4e-7 of its optimal sum of |w| (float32 scores, no overflow for any finite weight);
+    with ``check_finite=True`` the tiles where float32 rounding could drop an entry for nothing
+    (a nonzero |w| <= 2**-18 x the tile's max) or that are tiny (max |w| < 2**-100) are rescored
+    in float64, exactly as the reference scores them.
     """
     if method not in _METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {_METHODS}")
-    _check(w, n, m, check_finite)
+    fused = method == "exhaustive" and isinstance(w, torch.Tensor) and use_triton(w)
+    _check(w, n, m, check_finite and not fused)  # the fused path scans in _scan_for_exact
     if method == "approx2":
         return transposable_mask_approx2(w, n, m, check_finite=False)
-    if method == "exhaustive" and use_triton(w):
-        return _exhaustive_triton(w)
+    if fused:
+        tiles = _scan_for_exact(w) if check_finite else None
+        out = _exhaustive_triton(w)
+        if tiles is not None:
+            _rescore_float64(w, out, tiles)
+        return out
     return transposable_mask_reference(w, n, m)
 
 

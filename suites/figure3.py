@@ -58,6 +58,8 @@ DENSITY = 0.5
 PATTERNS = ("TBS(4)", "TBS(8)", "Vegeta(4)", "Vegeta(8)", "2:4")
 BASELINES = ("torch", "vegeta")
 COMPILED_MODELS = ("map-neo-460m",)  # compile time per shape: the headline model only
+# torch.compile of the TBS(x >= 8) selection (two starts, two sweeps of row-pair swaps, unrolled)
+# takes about 40 s per weight shape: those baselines are timed eager (graph-replayed) only
 FULL_MODELS = ("map-neo-460m", "map-neo-7b", "llama2-13b")
 SMOKE = LlamaConfig(hidden=128, ffn=256, layers=2, heads=4, vocab=256, seq_len=32)
 SEED = 1234
@@ -129,9 +131,9 @@ def _quality_rows(ctx: RunContext, model: str, block: dict, pattern, method: str
 
 
 def check_fast(ctx: RunContext, model: str, block: dict, pattern, masker: FlexMasker) -> list[torch.Tensor]:
-    """FAST: the masker's device pivot state equals the exact pivot and tie share, its masks equal
-    ``flex_mask``'s given them, and its kernels agree with the reference (at most 1e-5 of tiles
-    differ, where float32 contraction moves a tile's target across a draw)."""
+    """FAST: the masker's device pivot state equals the exact pivot and tie share, and its masks
+    equal the reference's given them, but for at most 1e-5 of the tiles (where float32
+    contraction moves a tile's target across its draw, or float32 sums tie in the selection)."""
     weights = list(block.values())
     pivot, tie = _pivot_and_tie(weights, pattern)
     tag = f"{model} {pattern.name} fast"
@@ -139,13 +141,13 @@ def check_fast(ctx: RunContext, model: str, block: dict, pattern, masker: FlexMa
     if needs_pivot(pattern):
         state = masker.pivot_and_tie()
         ctx.check(state == (pivot, tie), f"{tag}: masker's pivot state {state} != exact ({pivot}, {tie})")
-    want = [flex_mask(w, pattern, DENSITY, "fast", SEED, pivot, tie=tie, check_finite=False) for w in weights]
-    ctx.check(all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), f"{tag}: masker != flex_mask")
     for (name, w), m in zip(block.items(), got, strict=True):
-        if use_triton(w):
-            ref = flex_mask_reference(w, pattern, DENSITY, "fast", SEED, pivot, tie)
-            diff = (pattern.tile_configs(m) != pattern.tile_configs(ref)).float().mean().item()
-            ctx.check(diff <= 1e-5, f"{tag}/{name}: {diff:.2e} of tiles differ from the reference")
+        ref = flex_mask_reference(w, pattern, DENSITY, "fast", SEED, pivot, tie)
+        if not use_triton(w):
+            ctx.check(torch.equal(m, ref), f"{tag}/{name}: masks differ from the reference")
+            continue
+        differ = (pattern.tiles(m) != pattern.tiles(ref)).flatten(1).any(1).float().mean().item()
+        ctx.check(differ <= 1e-5, f"{tag}/{name}: {differ:.2e} of tiles differ from the reference")
     return got
 
 
@@ -173,6 +175,7 @@ def _time_methods(ctx: RunContext, model: str, cfg: LlamaConfig, block: dict, pa
     nbytes = task_bytes(weights, pattern)
     callers: dict[str, object] = {}
     compiled = ctx.device.type == "cuda" and model in COMPILED_MODELS
+    compiled = compiled and not (isinstance(pattern, TBS) and pattern.x >= 8)
     for method in BASELINES:
         for comp in (False, True) if compiled else (False,):
             label = f"{method}_compiled" if comp else method
@@ -255,28 +258,39 @@ def _law_of_large_numbers(ctx: RunContext, gen: torch.Generator) -> None:
     w = (0.02 * torch.randn(o, i, device=ctx.device, generator=gen)).to(torch.bfloat16)
     for spec in PATTERNS:
         p = parse_pattern(spec)
-        err = mask_quality(w, flex_mask(w, p, DENSITY, "fast", SEED), p, DENSITY)["density_error"]
+        (m,) = FlexMasker(w, p, DENSITY, SEED)()  # the suite's launches (no other kernel variant)
+        err = mask_quality(w, m, p, DENSITY)["density_error"]
         ctx.results.add("fast", f"{o}x{i}", "bf16", "ffn_density_error", err, "fraction", verified=True, variant=p.name)
 
 
 def _heuristic_gap(ctx: RunContext, gen: torch.Generator) -> None:
-    """Retained-|W| gap of TBS(8,8)'s wrapped-diagonal selection to the exact optimum (LP) on
-    sample tiles, per configuration n."""
-    from kernels.tbs_exact import heuristic_gap
+    """Retained-|W| gap to the exact optimum (LP) of TBS(8,8)'s selection (two starts and row-pair
+    swaps) and of the wrapped-diagonal heuristic it replaced, per configuration n, on sample tiles
+    with row and column scales (as trained layers have)."""
+    from kernels.patterns import tbs_select_circulant
+    from kernels.tbs_exact import tbs_select_exact
 
-    tiles = torch.randn(64 if ctx.profile == "full" else 8, 8, 8, generator=torch.Generator().manual_seed(5)).abs()
-    for n in (2, 4, 6):
-        gap = heuristic_gap(8, tiles, torch.full((tiles.shape[0],), n))
-        ctx.results.add(
-            "heuristic",
-            f"{tiles.shape[0]} tiles",
-            "fp32",
-            "retained_gap_vs_exact",
-            gap,
-            "fraction",
-            verified=True,
-            variant=f"TBS(8,8) n={n}",
-        )
+    count = 64 if ctx.profile == "full" else 8
+    g = torch.Generator().manual_seed(5)
+    for n in (1, 2, 4, 6):
+        tiles = torch.randn(count, 8, 8, generator=g, dtype=torch.float64).abs()
+        tiles = tiles * torch.exp(torch.randn(count, 8, 1, generator=g, dtype=torch.float64))
+        tiles = tiles * torch.exp(torch.randn(count, 1, 8, generator=g, dtype=torch.float64))
+        best = torch.stack([(t * tbs_select_exact(t, n)).sum() for t in tiles])
+        ns = torch.full((count,), n)
+        for method, select in (("selection", TBS(8).select), ("heuristic", tbs_select_circulant)):
+            kept = (tiles * select(tiles.float(), ns)).flatten(1).sum(1)
+            gap = float((1 - kept / best).mean())
+            ctx.results.add(
+                method,
+                f"{count} tiles",
+                "fp32",
+                "retained_gap_vs_exact",
+                gap,
+                "fraction",
+                verified=True,
+                variant=f"TBS(8,8) n={n}",
+            )
 
 
 def _held_mask_fn(make):
@@ -296,7 +310,8 @@ def _held_mask_fn(make):
 def _trainer_mask_fn(pattern, method: str, device: torch.device):
     if method == "fast":
         return _held_mask_fn(lambda ws: FlexMasker(ws, pattern, DENSITY, SEED))
-    compiled = device.type == "cuda"  # the strongest form of the baseline on a GPU
+    # the strongest form of the baseline on a GPU, but for TBS(x >= 8) (compile time, as above)
+    compiled = device.type == "cuda" and not (isinstance(pattern, TBS) and pattern.x >= 8)
     return _held_mask_fn(lambda ws: TorchFlexMasker(ws, pattern, DENSITY, method, compile=compiled))
 
 
