@@ -66,7 +66,7 @@ from kernels._pivot_triton import COUNTS_LEN, hist16_launch  # noqa: E402
 counts = torch.zeros(COUNTS_LEN, dtype=torch.int64, device=dev)
 f16 = flat.view(torch.int16)
 for p in (1, 2):
-    kern, grid, args, warps = hist16_launch(f16, counts, k, p)
+    kern, grid, args, warps = hist16_launch([f16], counts, k, p)
     call = partial(kern[grid], *args, num_warps=warps)
     report(f"current _hist16_kernel pass {p} (cat buffer)", time_gpu(call).ms, nbytes)
 
