@@ -181,24 +181,19 @@ def _flex_tbs_kernel(
     tc = tl.program_id(1) * TC + tl.arange(0, TC)
     hh = tl.arange(0, H)[None, :]
     row0 = (X * tr).to(tl.int64)
-    # one load of the whole [X rows, TC * H, 8] block (tile-major, then column group: neighbouring
-    # lanes hold the column groups of one tile, so the per-pair maxima cross lanes of a warp only;
-    # a load per row makes Triton's coalescing pass walk the whole computation once per row)
+    # rows are loaded as [TC * H, 8] (tile-major, then column group): neighbouring lanes hold the
+    # column groups of one tile, so the per-pair maxima cross lanes of a warp only
     q = tl.program_id(1) * (TC * H) + tl.arange(0, TC * H)
-    r3 = tl.arange(0, X)[:, None, None]
-    col = 8 * q[None, :, None] + tl.arange(0, 8)[None, None, :]
-    x = tl.load(w_ptr + (row0 + r3) * stride_w + col, mask=(q < n_tile_cols * H)[None, :, None], other=0.0)
-    x = tl.abs(x.to(tl.float32))
-    gt = tl.sum(tl.sum((x > pivot).to(tl.int32), axis=2), axis=0)  # [TC * H]
-    eq = tl.sum(tl.sum((x == pivot).to(tl.int32), axis=2), axis=0)
-    x = tl.permute(x, (1, 2, 0))  # [TC * H, 8, X]
-    if X == 8:
-        rows = _unstack(tl.reshape(x, (TC, H, 2, 2, 2, 2, 2, 2)), X)  # X x [TC, H, 2, 2, 2]
-    else:
-        rows = _unstack(tl.reshape(x, (TC, H, 2, 2, 2, 2, 2, 2, 2)), X)
+    col = 8 * q[:, None] + tl.arange(0, 8)[None, :]
+    inb = (q < n_tile_cols * H)[:, None]
+    gt = tl.zeros([TC * H], dtype=tl.int32)
+    eq = tl.zeros([TC * H], dtype=tl.int32)
     t = ()  # t[i][j]: |w| of row i, column 8 h + j of each tile (lane h), [TC, H] float32
     for i in tl.static_range(X):
-        t = t + (_unstack(rows[i], 8),)
+        x = tl.abs(tl.load(w_ptr + (row0 + i) * stride_w + col, mask=inb, other=0.0).to(tl.float32))
+        gt += tl.sum((x > pivot).to(tl.int32), axis=1)
+        eq += tl.sum((x == pivot).to(tl.int32), axis=1)
+        t = t + (_unstack(tl.reshape(x, (TC, H, 2, 2, 2)), 8),)
     gt = tl.sum(tl.reshape(gt, (TC, H)), axis=1)
     eq = tl.sum(tl.reshape(eq, (TC, H)), axis=1)
     c = gt.to(tl.float32) + eq.to(tl.float32) * tie  # wanted entries, ties shared

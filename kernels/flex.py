@@ -77,6 +77,16 @@ def tile_counts(w: torch.Tensor, pattern: Pattern, pivot: float, tie: float = 1.
     return mags, gt + eq * torch.tensor(tie, dtype=torch.float32, device=w.device)
 
 
+def budget_of(mags: torch.Tensor, pivot: float, tie: float) -> int:
+    """A weight's budget: #(|w| > pivot) + round(tie * #(|w| == pivot)), from exact integer counts
+    and the float32 tie share the kernels see (a float32 sum of the per-tile counts would depend
+    on the order of the additions, and a compiled baseline adds in another order)."""
+    flat = mags.reshape(-1)
+    gt = int((flat > pivot).sum())
+    eq = int((flat == pivot).sum())
+    return gt + round(eq * float(torch.tensor(tie, dtype=torch.float32)))
+
+
 def tie_share(tensors: torch.Tensor | list[torch.Tensor], pivot: float, density: float) -> float:
     """Fraction of the entries equal to the pivot that the budget k = round(density * n) needs.
 
@@ -273,7 +283,7 @@ def flex_mask_reference(
     if isinstance(pattern, Unstructured):
         return w.abs() >= pivot
     mags, counts = tile_counts(w, pattern, pivot, tie)
-    n = choose_configs(method, pattern, counts, round(float(counts.sum())), seed)
+    n = choose_configs(method, pattern, counts, budget_of(mags, pivot, tie), seed)
     return pattern.untile(pattern.select(mags, n), tuple(w.shape))
 
 

@@ -116,9 +116,12 @@ def masks_of_weight(
         n = torch.full((mags.shape[0],), pattern.configs[0], dtype=torch.long, device=w.device)
     else:
         flat = mags.flatten(1)
-        counts = (flat > pivot).sum(1).float() + (flat == pivot).sum(1).float() * tie
+        gt, eq = (flat > pivot).sum(1), (flat == pivot).sum(1)
+        counts = gt.float() + eq.float() * tie
         lo, hi, p = _bracket(configs, counts / pattern.unit)
-        n = _CHOOSE[method](lo, hi, p, pattern.unit, torch.round(counts.sum()).long())
+        # exact integer counts, as kernels.flex.budget_of (no order-dependent float32 sum)
+        budget = gt.sum() + torch.round(eq.sum().double() * tie.double()).long()
+        n = _CHOOSE[method](lo, hi, p, pattern.unit, budget)
     keep = pattern.select(mags, n) if table is None else _select_regular(mags, n, *table)
     return pattern.untile(keep, tuple(w.shape))
 

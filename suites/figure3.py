@@ -94,14 +94,21 @@ def _pivot_and_tie(weights: list[torch.Tensor], pattern) -> tuple[float, float]:
 
 
 def _equally_good(got: torch.Tensor, want: torch.Tensor, w: torch.Tensor, pattern) -> bool:
-    """Equal masks, or (where float32 sums of 16-bit values tie) the same configuration in every
-    tile and the same kept |W| per tile to float32 rounding."""
+    """A compiled baseline against the reference: equal masks; or, where inductor's fused float32
+    arithmetic (FMA, other summation orders) rounds differently, the same kept count, at most 1e-4
+    of the tiles with another configuration (near-equal fractional parts ordered the other way),
+    and the same kept |W| per tile to float32 rounding where the configuration agrees (layouts
+    whose sums tie)."""
     if torch.equal(got, want):
         return True
-    if not torch.equal(pattern.tile_configs(got), pattern.tile_configs(want)):
+    if int(got.sum()) != int(want.sum()):
+        return False
+    cg, cw = pattern.tile_configs(got), pattern.tile_configs(want)
+    same = cg == cw
+    if (~same).float().mean().item() > 1e-4:
         return False
     mags = pattern.tiles(w.abs().double())
-    kept = [(mags * pattern.tiles(m)).flatten(1).sum(1) for m in (got, want)]
+    kept = [(mags * pattern.tiles(m)).flatten(1).sum(1)[same] for m in (got, want)]
     return bool(torch.allclose(kept[0], kept[1], rtol=1e-6, atol=0.0))
 
 
