@@ -33,21 +33,9 @@ def _set(tup, i: tl.constexpr, v):
 
 
 @triton.jit
-def _stack(v, N: tl.constexpr):
-    """Tuple of N = 2^b equal-shape tensors -> one tensor with b more axes of 2, entry k at the
-    row-major position k (reshape them into one axis of N)."""
-    for level in tl.static_range(N.bit_length() - 1):
-        nxt = ()
-        for k in tl.static_range(N >> (level + 1)):  # join halves: the new last axis is the next bit
-            nxt = nxt + (tl.join(v[k], v[k + (N >> (level + 1))]),)
-        v = nxt
-    return v[0]
-
-
-@triton.jit
 def _unstack(x, N: tl.constexpr):
-    """Inverse of ``_stack``: a tensor whose last b axes (of 2 each) index N = 2^b entries in
-    row-major order -> the tuple of its N slices."""
+    """A tensor whose last b axes (of 2 each) index N = 2^b entries in row-major order -> the
+    tuple of its N slices (``tl.split`` level by level)."""
     parts = (x,)
     for level in tl.static_range(N.bit_length() - 1):
         lo = ()
@@ -188,12 +176,18 @@ def _flex_tbs_kernel(
     inb = (q < n_tile_cols * H)[:, None]
     gt = tl.zeros([TC * H], dtype=tl.int32)
     eq = tl.zeros([TC * H], dtype=tl.int32)
+    # a loop over rows, not an unrolled sequence: one load op (Triton's coalescing pass walks the
+    # whole computation connected to each load and store op; unrolled, compiling took minutes).
+    # Each pass appends row i and drops the oldest, so after X passes t[i] holds row i.
+    zero = tl.zeros([TC, H], dtype=tl.float32)
     t = ()  # t[i][j]: |w| of row i, column 8 h + j of each tile (lane h), [TC, H] float32
-    for i in tl.static_range(X):
+    for _ in tl.static_range(X):
+        t = t + ((zero, zero, zero, zero, zero, zero, zero, zero),)
+    for i in range(X):
         x = tl.abs(tl.load(w_ptr + (row0 + i) * stride_w + col, mask=inb, other=0.0).to(tl.float32))
         gt += tl.sum((x > pivot).to(tl.int32), axis=1)
         eq += tl.sum((x == pivot).to(tl.int32), axis=1)
-        t = t + (_unstack(tl.reshape(x, (TC, H, 2, 2, 2)), 8),)
+        t = t[1:] + (_unstack(tl.reshape(x, (TC, H, 2, 2, 2)), 8),)
     gt = tl.sum(tl.reshape(gt, (TC, H)), axis=1)
     eq = tl.sum(tl.reshape(eq, (TC, H)), axis=1)
     c = gt.to(tl.float32) + eq.to(tl.float32) * tie  # wanted entries, ties shared
@@ -210,14 +204,10 @@ def _flex_tbs_kernel(
     keep = ()
     for i in tl.static_range(X):
         keep = keep + (tl.where(anti, ka[i], kd[i]),)
-    # one store of the whole [TC, H, X rows, 8] block (a store per row makes Triton's coalescing
-    # pass walk the whole computation once per row: minutes of compilation at X = 16)
-    keep = tl.reshape(_stack(keep, X), (TC, H, X))[:, :, :, None]
-    r4 = tl.arange(0, X)[None, None, :, None]
-    j4 = tl.arange(0, 8)[None, None, None, :]
-    col4 = X * tc[:, None, None, None] + 8 * hh[:, :, None, None] + j4
-    y = ((keep >> j4) & 1).to(tl.int8)
-    tl.store(m_ptr + (row0 + r4) * stride_m + col4, y, mask=(tc < n_tile_cols)[:, None, None, None])
+    for i in range(X):  # one store op, as for the loads
+        y = tl.reshape((keep[0][:, :, None] >> tl.arange(0, 8)[None, None, :]) & 1, (TC * H, 8)).to(tl.int8)
+        tl.store(m_ptr + (row0 + i) * stride_m + col, y, mask=inb)
+        keep = keep[1:] + (keep[0],)
 
 
 @triton.jit(do_not_specialize=["seed"])
