@@ -8,12 +8,14 @@ One pass over the weight per pattern family: load a block of tiles, count |w| > 
 Tiles to threads or blocks, by size: a program (thread block) takes one tile row and as many
 tiles along it as fill a fixed element budget (``GROUPS_ELEMS`` / ``CIRCULANT_ELEMS``, tuned per
 family). Inside it, a group of m <= 8 entries sits in one thread's registers (the last, contiguous
-axis), so ranking within a group never leaves the thread; a tile larger than a group (a Vegeta
-tile of 16 groups, a TBS tile of x*x) is spread over the threads of the block and reduced across
-them; a block holds many small tiles or a few large ones, never a fraction of one.
+axis), so ranking within a group never leaves the thread; a Vegeta tile of 16 groups is spread
+over threads of the block and reduced across them; a TBS(x >= 8) tile sits in x / 8 threads (all
+x rows, 8 columns each); a block holds many small tiles or a few large ones, never a fraction of one.
 
 - TBS(4,4): ``_flex_tbs4_triton.py`` (generated; exact selection for every n).
-- TBS(x>=8): wrapped-diagonal heuristic (the n best of the x diagonals {(i, (i+s) mod x)}).
+- TBS(8,8), TBS(16,16): ``_flex_tbs_kernel``, the selection of ``kernels.patterns.tbs_select_swaps``
+  (the n best wrapped diagonals and the n best anti-diagonals, each improved by SWEEPS sweeps of
+  row-pair swaps, the better kept), bit-identical to the reference at x = 8.
 - Vegeta(m) and n:m: top-n per group of m by rank (ties to the lower index).
 """
 
@@ -23,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._common import triton_interpret
 from kernels.patterns import NM, SWEEPS, TBS, Pattern, Vegeta
 
 
@@ -30,6 +33,15 @@ from kernels.patterns import NM, SWEEPS, TBS, Pattern, Vegeta
 def _set(tup, i: tl.constexpr, v):
     """``tup`` with entry ``i`` replaced by ``v`` (tuples are the kernel's arrays of rows)."""
     return tup[:i] + (v,) + tup[i + 1 :]
+
+
+@triton.jit
+def _advance(ptrs, step, N: tl.constexpr):
+    """Every pointer tensor of a tuple moved by ``step`` elements."""
+    out = ()
+    for i in tl.static_range(N):
+        out = out + (ptrs[i] + step,)
+    return out
 
 
 @triton.jit
@@ -46,14 +58,6 @@ def _unstack(x, N: tl.constexpr):
             hi = hi + (b,)
         parts = lo + hi
     return parts
-
-
-@triton.jit
-def _best_combine(hi1, ja1, lo1, jb1, hi2, ja2, lo2, jb2):
-    """Merge two lanes' (largest, column, smallest, column), lowest column on ties."""
-    ta = (hi2 > hi1) | ((hi2 == hi1) & (ja2 < ja1))
-    tb = (lo2 < lo1) | ((lo2 == lo1) & (jb2 < jb1))
-    return tl.where(ta, hi2, hi1), tl.where(ta, ja2, ja1), tl.where(tb, lo2, lo1), tl.where(tb, jb2, jb1)
 
 
 @triton.jit
@@ -117,8 +121,13 @@ def _best_swap(d, ki, kp, hh, H: tl.constexpr):
         tb = ((b & (1 << j)) != 0) & (d[j] < lo)
         lo = tl.where(tb, d[j], lo)
         jb = tl.where(tb, j, jb)
-    hi, ja, lo, jb = tl.reduce((hi, ja + 8 * hh, lo, jb + 8 * hh), 1, _best_combine)
-    return hi - lo, ja, jb
+    # across the H lanes of a tile: the extreme, and the lowest column reaching it (plain max/min
+    # reductions: the interpreter runs a custom combine function element by element)
+    top = tl.max(hi, axis=1)
+    ja = tl.min(tl.where(hi == top[:, None], ja + 8 * hh, 8 * H), axis=1)
+    bottom = tl.min(lo, axis=1)
+    jb = tl.min(tl.where(lo == bottom[:, None], jb + 8 * hh, 8 * H), axis=1)
+    return top - bottom, ja, jb
 
 
 @triton.jit
@@ -149,6 +158,7 @@ def _flex_tbs_kernel(
     tie,
     seed,
     n_tile_cols,
+    n_tiles,
     stride_w,
     stride_m,
     X: tl.constexpr,
@@ -158,56 +168,69 @@ def _flex_tbs_kernel(
 ):
     """TBS(X) for X = 8, 16: count vs pivot, Philox draw of n per tile, then the selection of
     ``kernels.patterns.tbs_select_swaps`` (two permutation starts, SWEEPS sweeps of row-pair
-    swaps, the better start). A tile's X rows are X tensors of [TC, H] per column (H = X / 8
+    swaps, the better start). A program takes TC consecutive tiles in row-major tile order. A
+    tile's X rows are X tuples of 8 tensors [TC, H] (one per column; H = X / 8 neighbouring
     lanes hold 8 columns each), so a tile sits in H threads' registers, a row pair's work is
     elementwise, and only the per-pair maxima cross lanes (for X = 16)."""
     H: tl.constexpr = X // 8
     if PIVOT_PTR:  # ``pivot`` points at the device state (pivot, tie share); ``tie`` is unused
         tie = tl.load(pivot + 1)
         pivot = tl.load(pivot)
-    tr = tl.program_id(0)
-    tc = tl.program_id(1) * TC + tl.arange(0, TC)
+    tile = tl.program_id(0) * TC + tl.arange(0, TC)
     hh = tl.arange(0, H)[None, :]
+    # lanes: tile-major, then column group; each reads [8] contiguous entries of every row
+    lane = tl.program_id(0) * (TC * H) + tl.arange(0, TC * H)
+    tr = lane // H // n_tile_cols
+    wcol = X * (lane // H - tr * n_tile_cols) + 8 * (lane % H)
+    inb = (lane // H < n_tiles)[:, None]
+    j8 = tl.arange(0, 8)[None, :]
     row0 = (X * tr).to(tl.int64)
-    # rows are loaded as [TC * H, 8] (tile-major, then column group): neighbouring lanes hold the
-    # column groups of one tile, so the per-pair maxima cross lanes of a warp only
-    q = tl.program_id(1) * (TC * H) + tl.arange(0, TC * H)
-    col = 8 * q[:, None] + tl.arange(0, 8)[None, :]
-    inb = (q < n_tile_cols * H)[:, None]
     gt = tl.zeros([TC * H], dtype=tl.int32)
     eq = tl.zeros([TC * H], dtype=tl.int32)
-    # a loop over rows, not an unrolled sequence: one load op (Triton's coalescing pass walks the
-    # whole computation connected to each load and store op; unrolled, compiling took minutes).
-    # Each pass appends row i and drops the oldest, so after X passes t[i] holds row i.
+    # The loads (and stores) sit in a one-pass loop whose trip count Triton cannot fold, each
+    # through its own loop-carried pointer: Triton's coalescing pass walks, for a load or store
+    # whose pointer an op defines, the whole computation connected to it (quadratic in its size:
+    # minutes of compilation); for a pointer that is a loop argument it does not.
+    once = tl.minimum(n_tile_cols, 1)
     zero = tl.zeros([TC, H], dtype=tl.float32)
     t = ()  # t[i][j]: |w| of row i, column 8 h + j of each tile (lane h), [TC, H] float32
-    for _ in tl.static_range(X):
+    wp = ()
+    for i in tl.static_range(X):
         t = t + ((zero, zero, zero, zero, zero, zero, zero, zero),)
-    for i in range(X):
-        x = tl.abs(tl.load(w_ptr + (row0 + i) * stride_w + col, mask=inb, other=0.0).to(tl.float32))
-        gt += tl.sum((x > pivot).to(tl.int32), axis=1)
-        eq += tl.sum((x == pivot).to(tl.int32), axis=1)
-        t = t[1:] + (_unstack(tl.reshape(x, (TC, H, 2, 2, 2)), 8),)
+        wp = wp + (w_ptr + ((row0 + i) * stride_w + wcol)[:, None] + j8,)
+    for _ in range(once):
+        t = ()
+        for i in tl.static_range(X):
+            x = tl.abs(tl.load(wp[i], mask=inb, other=0.0).to(tl.float32))
+            gt += tl.sum((x > pivot).to(tl.int32), axis=1)
+            eq += tl.sum((x == pivot).to(tl.int32), axis=1)
+            t = t + (_unstack(tl.reshape(x, (TC, H, 2, 2, 2)), 8),)
+        wp = _advance(wp, X * stride_w, X)
     gt = tl.sum(tl.reshape(gt, (TC, H)), axis=1)
     eq = tl.sum(tl.reshape(eq, (TC, H)), axis=1)
     c = gt.to(tl.float32) + eq.to(tl.float32) * tie  # wanted entries, ties shared
     lo = tl.floor(c / X)
-    u = tl.rand(seed, tr * n_tile_cols + tc)
+    u = tl.rand(seed, tile)
     n = (lo + ((u * X) < (c - X * lo)).to(tl.float32)).to(tl.int32)
-    kd, total_d = _permutation_start(t, n, hh, X, False)
-    ka, total_a = _permutation_start(t, n, hh, X, True)
+    # the two starts one after the other (fewer live registers than interleaved)
+    keep, best = _permutation_start(t, n, hh, X, False)
     for _ in range(SWEEPS):
         for r in tl.static_range(1, X):
-            kd, total_d = _swap_round(t, kd, total_d, hh, r, X)
-            ka, total_a = _swap_round(t, ka, total_a, hh, r, X)
-    anti = (total_a > total_d)[:, None]
-    keep = ()
+            keep, best = _swap_round(t, keep, best, hh, r, X)
+    ka, total = _permutation_start(t, n, hh, X, True)
+    for _ in range(SWEEPS):
+        for r in tl.static_range(1, X):
+            ka, total = _swap_round(t, ka, total, hh, r, X)
+    anti = (total > best)[:, None]  # ties: the diagonal start
+    mp = ()
     for i in tl.static_range(X):
-        keep = keep + (tl.where(anti, ka[i], kd[i]),)
-    for i in range(X):  # one store op, as for the loads
-        y = tl.reshape((keep[0][:, :, None] >> tl.arange(0, 8)[None, None, :]) & 1, (TC * H, 8)).to(tl.int8)
-        tl.store(m_ptr + (row0 + i) * stride_m + col, y, mask=inb)
-        keep = keep[1:] + (keep[0],)
+        keep = _set(keep, i, tl.where(anti, ka[i], keep[i]))
+        mp = mp + (m_ptr + ((row0 + i) * stride_m + wcol)[:, None] + j8,)
+    for _ in range(once):
+        for i in tl.static_range(X):
+            y = tl.reshape((keep[i][:, :, None] >> tl.arange(0, 8)[None, None, :]) & 1, (TC * H, 8))
+            tl.store(mp[i], y.to(tl.int8), mask=inb)
+        mp = _advance(mp, X * stride_m, X)
 
 
 @triton.jit(do_not_specialize=["seed"])
@@ -269,7 +292,8 @@ def _pow2(v: int) -> bool:
 def has_fast_kernel(pattern: Pattern) -> bool:
     """Whether a fused Triton kernel exists for this pattern (else the reference runs)."""
     if isinstance(pattern, TBS):
-        return pattern.configs == tuple(range(pattern.x + 1)) and (pattern.x == 4 or _pow2(pattern.x))
+        # x = 32 would compile (four lanes a tile) but take minutes and spill: the reference runs
+        return pattern.configs == tuple(range(pattern.x + 1)) and pattern.x in (4, 8, 16)
     if isinstance(pattern, Vegeta):
         m = pattern.m
         default = (0, max(1, m // 4), max(1, m // 2), m)
@@ -323,9 +347,12 @@ def mask_launch(
     if isinstance(pattern, TBS):
         x = pattern.x
         tcols = c // x
-        tc = max(1, min(triton.next_power_of_2(tcols), CIRCULANT_ELEMS // (8 * x)))
-        args = (w, m8, pivot, tie, seed, tcols, w.stride(0), out.stride(0), x, tc, SWEEPS, dev)
-        return _flex_tbs_kernel, (r // x, triton.cdiv(tcols, tc)), args, CIRCULANT_WARPS
+        tiles = (r // x) * tcols
+        # the interpreter pays per operation, not per entry: one program for up to 4096 tiles
+        budget = 4096 if triton_interpret() else CIRCULANT_ELEMS // (8 * x)
+        tc = max(1, min(triton.next_power_of_2(tiles), budget))
+        args = (w, m8, pivot, tie, seed, tcols, tiles, w.stride(0), out.stride(0), x, tc, SWEEPS, dev)
+        return _flex_tbs_kernel, (triton.cdiv(tiles, tc), 1), args, CIRCULANT_WARPS
     if isinstance(pattern, Vegeta):
         m, g, fixed = pattern.m, pattern.tile_len // pattern.m, -1
         c1, c2 = pattern.configs[1], pattern.configs[2]

@@ -1,4 +1,4 @@
-"""Exact within-tile selection for TBS(x) at any x, for measuring the heuristic's gap.
+"""Exact within-tile selection for TBS(x) at any x, for measuring the heuristics' gaps.
 
 Keeping n per row and per column of an x-by-x tile with the largest retained |w| is a maximum
 weight n-regular bipartite subgraph (a transportation problem); its LP relaxation is integral
@@ -30,11 +30,22 @@ def tbs_select_exact(mags: torch.Tensor, n: int) -> torch.Tensor:
     return torch.from_numpy(np.rint(res.x).reshape(x, x) > 0.5)
 
 
-def heuristic_gap(pattern_x: int, tiles: torch.Tensor, n: torch.Tensor) -> float:
-    """Mean relative retained-|w| gap (1 - heuristic / exact) of TBS(x)'s selection on sample tiles."""
+SELECTIONS = ("swaps", "circulant")
+
+
+def heuristic_gap(pattern_x: int, tiles: torch.Tensor, n: torch.Tensor, selection: str = "swaps") -> float:
+    """Mean relative retained-|w| gap (1 - heuristic / exact) of a TBS(x) selection on sample tiles.
+
+    ``selection``: "swaps", the selection in use (``TBS.select``: the permutation starts with
+    row-pair swap sweeps, ``kernels.patterns.tbs_select_swaps``; exact for x <= 4), or
+    "circulant", the former heuristic (the n best wrapped diagonals), kept so that a suite can
+    report how much the swaps recover."""
     from kernels.patterns import TBS
 
-    heur = TBS(pattern_x).select(tiles, n)
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
+    pattern = TBS(pattern_x)
+    heur = pattern.select(tiles, n) if selection == "swaps" else pattern.select_circulant(tiles, n)
     gaps = []
     for t in range(tiles.shape[0]):
         ex = tbs_select_exact(tiles[t], int(n[t]))

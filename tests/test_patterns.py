@@ -42,6 +42,21 @@ def test_tbs4_selection_is_exact(n):
         assert (tiles[t].double() * got[t]).sum() >= best - 1e-9
 
 
+def test_tbs_select_circulant_keeps_whole_wrapped_diagonals():
+    """The former TBS(x >= 5) rule, kept for the suites' gap row: the n best wrapped diagonals
+    {(i, (i + s) mod x)} by |w| sum, ties to the lower s."""
+    x, n = 8, 3
+    tiles = torch.rand(5, x, x, generator=torch.Generator().manual_seed(0))
+    got = TBS(x).select_circulant(tiles, torch.full((5,), n))
+    i = torch.arange(x)
+    for t in range(5):
+        sums = torch.stack([tiles[t, i, (i + s) % x].sum() for s in range(x)])
+        want = torch.zeros(x, x, dtype=torch.bool)
+        for s in sums.argsort(descending=True, stable=True)[:n].tolist():
+            want[i, (i + s) % x] = True
+        assert torch.equal(got[t], want)
+
+
 def test_validate_names_first_bad_tile():
     m = torch.zeros(8, 16, dtype=torch.bool)
     m[4, 9] = True  # tile (1, 2): one entry in one row only
