@@ -61,18 +61,18 @@ def _unstack(x, N: tl.constexpr):
 
 
 @triton.jit
-def _permutation_start(t, n, hh, X: tl.constexpr, ANTI: tl.constexpr):
+def _permutation_start(t, n, hh, X: tl.constexpr, L: tl.constexpr, ANTI: tl.constexpr):
     """Rows (local 8-column bitmasks, [TC, H] each) of the n best permutations of one family,
     and their retained sum [TC]: permutation s holds column (i + s) mod X of row i (wrapped
     diagonals) or (s - i) mod X (anti-diagonals, ``ANTI``); scores summed row by row."""
-    H: tl.constexpr = X // 8
+    H: tl.constexpr = X // L
     score = ()
     for s in tl.static_range(X):
         acc = tl.zeros_like(t[0][0])
-        for i in tl.static_range(X):  # column c = (s - i) mod X or (i + s) mod X, in lane c // 8
-            v = t[i][(((s - i) if ANTI else (i + s)) % X) % 8]
+        for i in tl.static_range(X):  # column c = (s - i) mod X or (i + s) mod X, in lane c // L
+            v = t[i][(((s - i) if ANTI else (i + s)) % X) % L]
             if H > 1:
-                v = tl.where(hh == (((s - i) if ANTI else (i + s)) % X) // 8, v, 0.0)
+                v = tl.where(hh == (((s - i) if ANTI else (i + s)) % X) // L, v, 0.0)
             acc = acc + v
         score = score + (tl.sum(acc, axis=1),)
     # rank of s: #greater + #equal with a lower index (the reference's _rank_select)
@@ -99,12 +99,12 @@ def _permutation_start(t, n, hh, X: tl.constexpr, ANTI: tl.constexpr):
             bits = ((kept << ((X - i) % X)) | (kept >> (X - (X - i) % X))) & full
         else:
             bits = ((kept << i) | (kept >> (X - i))) & full
-        rows = rows + (((bits[:, None] >> (8 * hh)) & 255),)
+        rows = rows + (((bits[:, None] >> (L * hh)) & ((1 << L) - 1)),)
     return rows, total
 
 
 @triton.jit
-def _best_swap(d, ki, kp, hh, H: tl.constexpr):
+def _best_swap(d, ki, kp, hh, L: tl.constexpr, H: tl.constexpr):
     """For a row pair (i, p) with d[j] = t[p, j] - t[i, j] (this lane's 8 columns): the largest
     d over a = K_i & ~K_p and the smallest over b = K_p & ~K_i, each with its column (lowest on
     ties; -inf / +inf if empty). Returns (gain, column i gives, column p gives), per tile."""
@@ -114,7 +114,7 @@ def _best_swap(d, ki, kp, hh, H: tl.constexpr):
     lo = tl.full(ki.shape, float("inf"), tl.float32)
     ja = tl.zeros_like(ki)
     jb = tl.zeros_like(ki)
-    for j in tl.static_range(8):
+    for j in tl.static_range(L):
         ta = ((a & (1 << j)) != 0) & (d[j] > hi)
         hi = tl.where(ta, d[j], hi)
         ja = tl.where(ta, j, ja)
@@ -124,25 +124,26 @@ def _best_swap(d, ki, kp, hh, H: tl.constexpr):
     # across the H lanes of a tile: the extreme, and the lowest column reaching it (plain max/min
     # reductions: the interpreter runs a custom combine function element by element)
     top = tl.max(hi, axis=1)
-    ja = tl.min(tl.where(hi == top[:, None], ja + 8 * hh, 8 * H), axis=1)
     bottom = tl.min(lo, axis=1)
-    jb = tl.min(tl.where(lo == bottom[:, None], jb + 8 * hh, 8 * H), axis=1)
-    return top - bottom, ja, jb
+    if H > 1:
+        ja = tl.where(hi == top[:, None], ja + L * hh, L * H)
+        jb = tl.where(lo == bottom[:, None], jb + L * hh, L * H)
+    return top - bottom, tl.min(ja, axis=1), tl.min(jb, axis=1)
 
 
 @triton.jit
-def _swap_round(t, k, total, hh, r: tl.constexpr, X: tl.constexpr):
+def _swap_round(t, k, total, hh, r: tl.constexpr, X: tl.constexpr, L: tl.constexpr):
     """One round of row-pair swaps (rows i and i XOR r) on one start's rows ``k``."""
-    H: tl.constexpr = X // 8
+    H: tl.constexpr = X // L
     for i in tl.static_range(X):
         if i < (i ^ r):  # the pair (i, p = i XOR r)
             d = ()
-            for j in tl.static_range(8):
+            for j in tl.static_range(L):
                 d = d + (t[i ^ r][j] - t[i][j],)
-            gain, ja, jb = _best_swap(d, k[i], k[i ^ r], hh, H)
+            gain, ja, jb = _best_swap(d, k[i], k[i ^ r], hh, L, H)
             move = gain > 0
-            ga = tl.where((hh == (ja >> 3)[:, None]), 1 << (ja & 7)[:, None], 0)
-            gb = tl.where((hh == (jb >> 3)[:, None]), 1 << (jb & 7)[:, None], 0)
+            ga = tl.where((hh == (ja // L)[:, None]), 1 << (ja % L)[:, None], 0)
+            gb = tl.where((hh == (jb // L)[:, None]), 1 << (jb % L)[:, None], 0)
             flip = tl.where(move[:, None], ga | gb, 0)
             k = _set(k, i, k[i] ^ flip)
             k = _set(k, i ^ r, k[i ^ r] ^ flip)
@@ -172,7 +173,8 @@ def _flex_tbs_kernel(
     tile's X rows are X tuples of 8 tensors [TC, H] (one per column; H = X / 8 neighbouring
     lanes hold 8 columns each), so a tile sits in H threads' registers, a row pair's work is
     elementwise, and only the per-pair maxima cross lanes (for X = 16)."""
-    H: tl.constexpr = X // 8
+    L: tl.constexpr = 8 if X == 8 else 4  # columns per lane: 8 X entries per thread, 16 rows x 4 at X = 16
+    H: tl.constexpr = X // L
     if PIVOT_PTR:  # ``pivot`` points at the device state (pivot, tie share); ``tie`` is unused
         tie = tl.load(pivot + 1)
         pivot = tl.load(pivot)
@@ -181,9 +183,9 @@ def _flex_tbs_kernel(
     # lanes: tile-major, then column group; each reads [8] contiguous entries of every row
     lane = tl.program_id(0) * (TC * H) + tl.arange(0, TC * H)
     tr = lane // H // n_tile_cols
-    wcol = X * (lane // H - tr * n_tile_cols) + 8 * (lane % H)
+    wcol = X * (lane // H - tr * n_tile_cols) + L * (lane % H)
     inb = (lane // H < n_tiles)[:, None]
-    j8 = tl.arange(0, 8)[None, :]
+    jl = tl.arange(0, L)[None, :]
     row0 = (X * tr).to(tl.int64)
     gt = tl.zeros([TC * H], dtype=tl.int32)
     eq = tl.zeros([TC * H], dtype=tl.int32)
@@ -193,18 +195,24 @@ def _flex_tbs_kernel(
     # minutes of compilation); for a pointer that is a loop argument it does not.
     once = tl.minimum(n_tile_cols, 1)
     zero = tl.zeros([TC, H], dtype=tl.float32)
-    t = ()  # t[i][j]: |w| of row i, column 8 h + j of each tile (lane h), [TC, H] float32
+    zeros = ()
+    for _j in tl.static_range(L):
+        zeros = zeros + (zero,)
+    t = ()  # t[i][j]: |w| of row i, column L h + j of each tile (lane h), [TC, H] float32
     wp = ()
     for i in tl.static_range(X):
-        t = t + ((zero, zero, zero, zero, zero, zero, zero, zero),)
-        wp = wp + (w_ptr + ((row0 + i) * stride_w + wcol)[:, None] + j8,)
+        t = t + (zeros,)
+        wp = wp + (w_ptr + ((row0 + i) * stride_w + wcol)[:, None] + jl,)
     for _ in range(once):
         t = ()
         for i in tl.static_range(X):
             x = tl.abs(tl.load(wp[i], mask=inb, other=0.0).to(tl.float32))
             gt += tl.sum((x > pivot).to(tl.int32), axis=1)
             eq += tl.sum((x == pivot).to(tl.int32), axis=1)
-            t = t + (_unstack(tl.reshape(x, (TC, H, 2, 2, 2)), 8),)
+            if L == 8:
+                t = t + (_unstack(tl.reshape(x, (TC, H, 2, 2, 2)), L),)
+            else:
+                t = t + (_unstack(tl.reshape(x, (TC, H, 2, 2)), L),)
         wp = _advance(wp, X * stride_w, X)
     gt = tl.sum(tl.reshape(gt, (TC, H)), axis=1)
     eq = tl.sum(tl.reshape(eq, (TC, H)), axis=1)
@@ -213,22 +221,22 @@ def _flex_tbs_kernel(
     u = tl.rand(seed, tile)
     n = (lo + ((u * X) < (c - X * lo)).to(tl.float32)).to(tl.int32)
     # the two starts one after the other (fewer live registers than interleaved)
-    keep, best = _permutation_start(t, n, hh, X, False)
+    keep, best = _permutation_start(t, n, hh, X, L, False)
     for _ in range(SWEEPS):
         for r in tl.static_range(1, X):
-            keep, best = _swap_round(t, keep, best, hh, r, X)
-    ka, total = _permutation_start(t, n, hh, X, True)
+            keep, best = _swap_round(t, keep, best, hh, r, X, L)
+    ka, total = _permutation_start(t, n, hh, X, L, True)
     for _ in range(SWEEPS):
         for r in tl.static_range(1, X):
-            ka, total = _swap_round(t, ka, total, hh, r, X)
+            ka, total = _swap_round(t, ka, total, hh, r, X, L)
     anti = (total > best)[:, None]  # ties: the diagonal start
     mp = ()
     for i in tl.static_range(X):
         keep = _set(keep, i, tl.where(anti, ka[i], keep[i]))
-        mp = mp + (m_ptr + ((row0 + i) * stride_m + wcol)[:, None] + j8,)
+        mp = mp + (m_ptr + ((row0 + i) * stride_m + wcol)[:, None] + jl,)
     for _ in range(once):
         for i in tl.static_range(X):
-            y = tl.reshape((keep[i][:, :, None] >> tl.arange(0, 8)[None, None, :]) & 1, (TC * H, 8))
+            y = tl.reshape((keep[i][:, :, None] >> tl.arange(0, L)[None, None, :]) & 1, (TC * H, L))
             tl.store(mp[i], y.to(tl.int8), mask=inb)
         mp = _advance(mp, X * stride_m, X)
 

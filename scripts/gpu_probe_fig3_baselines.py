@@ -29,7 +29,10 @@ from repro.timing import time_gpu  # noqa: E402
 
 dev = torch.device("cuda")
 gen = torch.Generator(device=dev).manual_seed(0)
-ws = [(0.02 * torch.randn(o, i, device=dev, generator=gen)).to(torch.bfloat16) for _, o, i in block_linear_shapes(CONFIGS["map-neo-460m"])]
+ws = [
+    (0.02 * torch.randn(o, i, device=dev, generator=gen)).to(torch.bfloat16)
+    for _, o, i in block_linear_shapes(CONFIGS["map-neo-460m"])
+]
 n = sum(w.numel() for w in ws)
 nbytes = n * 2
 ceil = measure_ceilings(dev)
@@ -46,7 +49,9 @@ flat = torch.cat([w.reshape(-1) for w in ws])
 k = n // 2
 report("cat of the block (read+write)", time_gpu(lambda: torch.cat([w.reshape(-1) for w in ws])).ms, 2 * nbytes)
 report("topk(|cat|, k, sorted=False) bf16", time_gpu(lambda: torch.topk(flat.abs(), k, sorted=False)).ms, nbytes)
-report("topk(|cat|.float(), k, sorted=False)", time_gpu(lambda: torch.topk(flat.abs().float(), k, sorted=False)).ms, nbytes)
+report(
+    "topk(|cat|.float(), k, sorted=False)", time_gpu(lambda: torch.topk(flat.abs().float(), k, sorted=False)).ms, nbytes
+)
 report("sort(|cat|) bf16", time_gpu(lambda: torch.sort(flat.abs())).ms, nbytes)
 report("sort(|cat| as int16) ", time_gpu(lambda: torch.sort(flat.view(torch.int16) & 0x7FFF)).ms, nbytes)
 bins = torch.zeros(32768, dtype=torch.int64, device=dev)
@@ -72,7 +77,17 @@ for p in (1, 2):
 
 
 @triton.jit
-def _hist_table(addr_ptr, start_ptr, size_ptr, hist_ptr, SHIFT: tl.constexpr, BITS: tl.constexpr, BLOCK: tl.constexpr, NW: tl.constexpr, WARPS_SPLIT: tl.constexpr):
+def _hist_table(
+    addr_ptr,
+    start_ptr,
+    size_ptr,
+    hist_ptr,
+    SHIFT: tl.constexpr,
+    BITS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    NW: tl.constexpr,
+    WARPS_SPLIT: tl.constexpr,
+):
     pid = tl.program_id(0)
     j = tl.arange(0, NW)
     starts = tl.load(start_ptr + j)
@@ -117,11 +132,15 @@ for bits in (4, 5, 6, 7, 8):
         for warps in (4, 8):
             try:
                 call, ok = table_launch(bits, block, warps)
-                report(f"table hist {1 << bits:4d} bins BLOCK={block:5d} warps={warps} ok={ok}", time_gpu(call).ms, nbytes)
+                report(
+                    f"table hist {1 << bits:4d} bins BLOCK={block:5d} warps={warps} ok={ok}", time_gpu(call).ms, nbytes
+                )
             except Exception as e:  # noqa: BLE001
                 print(f"table hist bits={bits} block={block} warps={warps}: {type(e).__name__}: {str(e)[:120]}")
 
-print("\n## whole mask generation of the block (graph replay); bytes = 3 reads + mask write (pivoted) or 1 read + write (n:m)")
+print(
+    "\n## whole mask generation of the block (graph replay); bytes = 3 reads + mask write (pivoted) or 1 read + write (n:m)"
+)
 for spec in ("TBS(4)", "TBS(8)", "Vegeta(4)", "Vegeta(8)", "2:4"):
     pat = parse_pattern(spec)
     d = 0.5
