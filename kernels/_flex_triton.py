@@ -8,14 +8,12 @@ One pass over the weight per pattern family: load a block of tiles, count |w| > 
 Tiles to threads or blocks, by size: a program (thread block) takes one tile row and as many
 tiles along it as fill a fixed element budget (``GROUPS_ELEMS`` / ``CIRCULANT_ELEMS``, tuned per
 family). Inside it, a group of m <= 8 entries sits in one thread's registers (the last, contiguous
-axis), so ranking within a group never leaves the thread; a Vegeta tile of 16 groups is spread
-over threads of the block and reduced across them; a TBS(x >= 8) tile sits in x / 8 threads (all
-x rows, 8 columns each); a block holds many small tiles or a few large ones, never a fraction of one.
+axis), so ranking within a group never leaves the thread; a tile larger than a group (a Vegeta
+tile of 16 groups, a TBS tile of x*x) is spread over the threads of the block and reduced across
+them; a block holds many small tiles or a few large ones, never a fraction of one.
 
 - TBS(4,4): ``_flex_tbs4_triton.py`` (generated; exact selection for every n).
-- TBS(8,8), TBS(16,16): ``_flex_tbs_kernel``, the selection of ``kernels.patterns.tbs_select_swaps``
-  (the n best wrapped diagonals and the n best anti-diagonals, each improved by SWEEPS sweeps of
-  row-pair swaps, the better kept), bit-identical to the reference at x = 8.
+- TBS(x>=8): wrapped-diagonal heuristic (the n best of the x diagonals {(i, (i+s) mod x)}).
 - Vegeta(m) and n:m: top-n per group of m by rank (ties to the lower index).
 """
 
@@ -25,7 +23,6 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import triton_interpret
 from kernels.patterns import NM, SWEEPS, TBS, Pattern, Vegeta
 
 
@@ -33,15 +30,6 @@ from kernels.patterns import NM, SWEEPS, TBS, Pattern, Vegeta
 def _set(tup, i: tl.constexpr, v):
     """``tup`` with entry ``i`` replaced by ``v`` (tuples are the kernel's arrays of rows)."""
     return tup[:i] + (v,) + tup[i + 1 :]
-
-
-@triton.jit
-def _advance(ptrs, step, N: tl.constexpr):
-    """Every pointer tensor of a tuple moved by ``step`` elements."""
-    out = ()
-    for i in tl.static_range(N):
-        out = out + (ptrs[i] + step,)
-    return out
 
 
 @triton.jit
@@ -61,18 +49,26 @@ def _unstack(x, N: tl.constexpr):
 
 
 @triton.jit
-def _permutation_start(t, n, hh, X: tl.constexpr, L: tl.constexpr, ANTI: tl.constexpr):
+def _best_combine(hi1, ja1, lo1, jb1, hi2, ja2, lo2, jb2):
+    """Merge two lanes' (largest, column, smallest, column), lowest column on ties."""
+    ta = (hi2 > hi1) | ((hi2 == hi1) & (ja2 < ja1))
+    tb = (lo2 < lo1) | ((lo2 == lo1) & (jb2 < jb1))
+    return tl.where(ta, hi2, hi1), tl.where(ta, ja2, ja1), tl.where(tb, lo2, lo1), tl.where(tb, jb2, jb1)
+
+
+@triton.jit
+def _permutation_start(t, n, hh, X: tl.constexpr, ANTI: tl.constexpr):
     """Rows (local 8-column bitmasks, [TC, H] each) of the n best permutations of one family,
     and their retained sum [TC]: permutation s holds column (i + s) mod X of row i (wrapped
     diagonals) or (s - i) mod X (anti-diagonals, ``ANTI``); scores summed row by row."""
-    H: tl.constexpr = X // L
+    H: tl.constexpr = X // 8
     score = ()
     for s in tl.static_range(X):
         acc = tl.zeros_like(t[0][0])
-        for i in tl.static_range(X):  # column c = (s - i) mod X or (i + s) mod X, in lane c // L
-            v = t[i][(((s - i) if ANTI else (i + s)) % X) % L]
+        for i in tl.static_range(X):  # column c = (s - i) mod X or (i + s) mod X, in lane c // 8
+            v = t[i][(((s - i) if ANTI else (i + s)) % X) % 8]
             if H > 1:
-                v = tl.where(hh == (((s - i) if ANTI else (i + s)) % X) // L, v, 0.0)
+                v = tl.where(hh == (((s - i) if ANTI else (i + s)) % X) // 8, v, 0.0)
             acc = acc + v
         score = score + (tl.sum(acc, axis=1),)
     # rank of s: #greater + #equal with a lower index (the reference's _rank_select)
@@ -99,12 +95,12 @@ def _permutation_start(t, n, hh, X: tl.constexpr, L: tl.constexpr, ANTI: tl.cons
             bits = ((kept << ((X - i) % X)) | (kept >> (X - (X - i) % X))) & full
         else:
             bits = ((kept << i) | (kept >> (X - i))) & full
-        rows = rows + (((bits[:, None] >> (L * hh)) & ((1 << L) - 1)),)
+        rows = rows + (((bits[:, None] >> (8 * hh)) & 255),)
     return rows, total
 
 
 @triton.jit
-def _best_swap(d, ki, kp, hh, L: tl.constexpr, H: tl.constexpr):
+def _best_swap(d, ki, kp, hh, H: tl.constexpr):
     """For a row pair (i, p) with d[j] = t[p, j] - t[i, j] (this lane's 8 columns): the largest
     d over a = K_i & ~K_p and the smallest over b = K_p & ~K_i, each with its column (lowest on
     ties; -inf / +inf if empty). Returns (gain, column i gives, column p gives), per tile."""
@@ -114,36 +110,30 @@ def _best_swap(d, ki, kp, hh, L: tl.constexpr, H: tl.constexpr):
     lo = tl.full(ki.shape, float("inf"), tl.float32)
     ja = tl.zeros_like(ki)
     jb = tl.zeros_like(ki)
-    for j in tl.static_range(L):
+    for j in tl.static_range(8):
         ta = ((a & (1 << j)) != 0) & (d[j] > hi)
         hi = tl.where(ta, d[j], hi)
         ja = tl.where(ta, j, ja)
         tb = ((b & (1 << j)) != 0) & (d[j] < lo)
         lo = tl.where(tb, d[j], lo)
         jb = tl.where(tb, j, jb)
-    # across the H lanes of a tile: the extreme, and the lowest column reaching it (plain max/min
-    # reductions: the interpreter runs a custom combine function element by element)
-    top = tl.max(hi, axis=1)
-    bottom = tl.min(lo, axis=1)
-    if H > 1:
-        ja = tl.where(hi == top[:, None], ja + L * hh, L * H)
-        jb = tl.where(lo == bottom[:, None], jb + L * hh, L * H)
-    return top - bottom, tl.min(ja, axis=1), tl.min(jb, axis=1)
+    hi, ja, lo, jb = tl.reduce((hi, ja + 8 * hh, lo, jb + 8 * hh), 1, _best_combine)
+    return hi - lo, ja, jb
 
 
 @triton.jit
-def _swap_round(t, k, total, hh, r: tl.constexpr, X: tl.constexpr, L: tl.constexpr):
+def _swap_round(t, k, total, hh, r: tl.constexpr, X: tl.constexpr):
     """One round of row-pair swaps (rows i and i XOR r) on one start's rows ``k``."""
-    H: tl.constexpr = X // L
+    H: tl.constexpr = X // 8
     for i in tl.static_range(X):
         if i < (i ^ r):  # the pair (i, p = i XOR r)
             d = ()
-            for j in tl.static_range(L):
+            for j in tl.static_range(8):
                 d = d + (t[i ^ r][j] - t[i][j],)
-            gain, ja, jb = _best_swap(d, k[i], k[i ^ r], hh, L, H)
+            gain, ja, jb = _best_swap(d, k[i], k[i ^ r], hh, H)
             move = gain > 0
-            ga = tl.where((hh == (ja // L)[:, None]), 1 << (ja % L)[:, None], 0)
-            gb = tl.where((hh == (jb // L)[:, None]), 1 << (jb % L)[:, None], 0)
+            ga = tl.where((hh == (ja >> 3)[:, None]), 1 << (ja & 7)[:, None], 0)
+            gb = tl.where((hh == (jb >> 3)[:, None]), 1 << (jb & 7)[:, None], 0)
             flip = tl.where(move[:, None], ga | gb, 0)
             k = _set(k, i, k[i] ^ flip)
             k = _set(k, i ^ r, k[i ^ r] ^ flip)
@@ -159,7 +149,6 @@ def _flex_tbs_kernel(
     tie,
     seed,
     n_tile_cols,
-    n_tiles,
     stride_w,
     stride_m,
     X: tl.constexpr,
@@ -169,76 +158,56 @@ def _flex_tbs_kernel(
 ):
     """TBS(X) for X = 8, 16: count vs pivot, Philox draw of n per tile, then the selection of
     ``kernels.patterns.tbs_select_swaps`` (two permutation starts, SWEEPS sweeps of row-pair
-    swaps, the better start). A program takes TC consecutive tiles in row-major tile order. A
-    tile's X rows are X tuples of 8 tensors [TC, H] (one per column; H = X / 8 neighbouring
+    swaps, the better start). A tile's X rows are X tensors of [TC, H] per column (H = X / 8
     lanes hold 8 columns each), so a tile sits in H threads' registers, a row pair's work is
     elementwise, and only the per-pair maxima cross lanes (for X = 16)."""
-    L: tl.constexpr = 8 if X == 8 else 4  # columns per lane: 8 X entries per thread, 16 rows x 4 at X = 16
-    H: tl.constexpr = X // L
+    H: tl.constexpr = X // 8
     if PIVOT_PTR:  # ``pivot`` points at the device state (pivot, tie share); ``tie`` is unused
         tie = tl.load(pivot + 1)
         pivot = tl.load(pivot)
-    tile = tl.program_id(0) * TC + tl.arange(0, TC)
+    tr = tl.program_id(0)
+    tc = tl.program_id(1) * TC + tl.arange(0, TC)
     hh = tl.arange(0, H)[None, :]
-    # lanes: tile-major, then column group; each reads [8] contiguous entries of every row
-    lane = tl.program_id(0) * (TC * H) + tl.arange(0, TC * H)
-    tr = lane // H // n_tile_cols
-    wcol = X * (lane // H - tr * n_tile_cols) + L * (lane % H)
-    inb = (lane // H < n_tiles)[:, None]
-    jl = tl.arange(0, L)[None, :]
     row0 = (X * tr).to(tl.int64)
+    # rows are loaded as [TC * H, 8] (tile-major, then column group): neighbouring lanes hold the
+    # column groups of one tile, so the per-pair maxima cross lanes of a warp only
+    q = tl.program_id(1) * (TC * H) + tl.arange(0, TC * H)
+    col = 8 * q[:, None] + tl.arange(0, 8)[None, :]
+    inb = (q < n_tile_cols * H)[:, None]
     gt = tl.zeros([TC * H], dtype=tl.int32)
     eq = tl.zeros([TC * H], dtype=tl.int32)
-    # The loads (and stores) sit in a one-pass loop whose trip count Triton cannot fold, each
-    # through its own loop-carried pointer: Triton's coalescing pass walks, for a load or store
-    # whose pointer an op defines, the whole computation connected to it (quadratic in its size:
-    # minutes of compilation); for a pointer that is a loop argument it does not.
-    once = tl.minimum(n_tile_cols, 1)
+    # a loop over rows, not an unrolled sequence: one load op (Triton's coalescing pass walks the
+    # whole computation connected to each load and store op; unrolled, compiling took minutes).
+    # Each pass appends row i and drops the oldest, so after X passes t[i] holds row i.
     zero = tl.zeros([TC, H], dtype=tl.float32)
-    zeros = ()
-    for _j in tl.static_range(L):
-        zeros = zeros + (zero,)
-    t = ()  # t[i][j]: |w| of row i, column L h + j of each tile (lane h), [TC, H] float32
-    wp = ()
-    for i in tl.static_range(X):
-        t = t + (zeros,)
-        wp = wp + (w_ptr + ((row0 + i) * stride_w + wcol)[:, None] + jl,)
-    for _ in range(once):
-        t = ()
-        for i in tl.static_range(X):
-            x = tl.abs(tl.load(wp[i], mask=inb, other=0.0).to(tl.float32))
-            gt += tl.sum((x > pivot).to(tl.int32), axis=1)
-            eq += tl.sum((x == pivot).to(tl.int32), axis=1)
-            if L == 8:
-                t = t + (_unstack(tl.reshape(x, (TC, H, 2, 2, 2)), L),)
-            else:
-                t = t + (_unstack(tl.reshape(x, (TC, H, 2, 2)), L),)
-        wp = _advance(wp, X * stride_w, X)
+    t = ()  # t[i][j]: |w| of row i, column 8 h + j of each tile (lane h), [TC, H] float32
+    for _ in tl.static_range(X):
+        t = t + ((zero, zero, zero, zero, zero, zero, zero, zero),)
+    for i in range(X):
+        x = tl.abs(tl.load(w_ptr + (row0 + i) * stride_w + col, mask=inb, other=0.0).to(tl.float32))
+        gt += tl.sum((x > pivot).to(tl.int32), axis=1)
+        eq += tl.sum((x == pivot).to(tl.int32), axis=1)
+        t = t[1:] + (_unstack(tl.reshape(x, (TC, H, 2, 2, 2)), 8),)
     gt = tl.sum(tl.reshape(gt, (TC, H)), axis=1)
     eq = tl.sum(tl.reshape(eq, (TC, H)), axis=1)
     c = gt.to(tl.float32) + eq.to(tl.float32) * tie  # wanted entries, ties shared
     lo = tl.floor(c / X)
-    u = tl.rand(seed, tile)
+    u = tl.rand(seed, tr * n_tile_cols + tc)
     n = (lo + ((u * X) < (c - X * lo)).to(tl.float32)).to(tl.int32)
-    # the two starts one after the other (fewer live registers than interleaved)
-    keep, best = _permutation_start(t, n, hh, X, L, False)
+    kd, total_d = _permutation_start(t, n, hh, X, False)
+    ka, total_a = _permutation_start(t, n, hh, X, True)
     for _ in range(SWEEPS):
         for r in tl.static_range(1, X):
-            keep, best = _swap_round(t, keep, best, hh, r, X, L)
-    ka, total = _permutation_start(t, n, hh, X, L, True)
-    for _ in range(SWEEPS):
-        for r in tl.static_range(1, X):
-            ka, total = _swap_round(t, ka, total, hh, r, X, L)
-    anti = (total > best)[:, None]  # ties: the diagonal start
-    mp = ()
+            kd, total_d = _swap_round(t, kd, total_d, hh, r, X)
+            ka, total_a = _swap_round(t, ka, total_a, hh, r, X)
+    anti = (total_a > total_d)[:, None]
+    keep = ()
     for i in tl.static_range(X):
-        keep = _set(keep, i, tl.where(anti, ka[i], keep[i]))
-        mp = mp + (m_ptr + ((row0 + i) * stride_m + wcol)[:, None] + jl,)
-    for _ in range(once):
-        for i in tl.static_range(X):
-            y = tl.reshape((keep[i][:, :, None] >> tl.arange(0, L)[None, None, :]) & 1, (TC * H, L))
-            tl.store(mp[i], y.to(tl.int8), mask=inb)
-        mp = _advance(mp, X * stride_m, X)
+        keep = keep + (tl.where(anti, ka[i], kd[i]),)
+    for i in range(X):  # one store op, as for the loads
+        y = tl.reshape((keep[0][:, :, None] >> tl.arange(0, 8)[None, None, :]) & 1, (TC * H, 8)).to(tl.int8)
+        tl.store(m_ptr + (row0 + i) * stride_m + col, y, mask=inb)
+        keep = keep[1:] + (keep[0],)
 
 
 @triton.jit(do_not_specialize=["seed"])
@@ -355,12 +324,9 @@ def mask_launch(
     if isinstance(pattern, TBS):
         x = pattern.x
         tcols = c // x
-        tiles = (r // x) * tcols
-        # the interpreter pays per operation, not per entry: one program for up to 4096 tiles
-        budget = 4096 if triton_interpret() else CIRCULANT_ELEMS // (8 * x)
-        tc = max(1, min(triton.next_power_of_2(tiles), budget))
-        args = (w, m8, pivot, tie, seed, tcols, tiles, w.stride(0), out.stride(0), x, tc, SWEEPS, dev)
-        return _flex_tbs_kernel, (triton.cdiv(tiles, tc), 1), args, CIRCULANT_WARPS
+        tc = max(1, min(triton.next_power_of_2(tcols), CIRCULANT_ELEMS // (8 * x)))
+        args = (w, m8, pivot, tie, seed, tcols, w.stride(0), out.stride(0), x, tc, SWEEPS, dev)
+        return _flex_tbs_kernel, (r // x, triton.cdiv(tcols, tc)), args, CIRCULANT_WARPS
     if isinstance(pattern, Vegeta):
         m, g, fixed = pattern.m, pattern.tile_len // pattern.m, -1
         c1, c2 = pattern.configs[1], pattern.configs[2]
