@@ -13,7 +13,9 @@ tile of 16 groups, a TBS tile of x*x) is spread over the threads of the block an
 them; a block holds many small tiles or a few large ones, never a fraction of one.
 
 - TBS(4,4): ``_flex_tbs4_triton.py`` (generated; exact selection for every n).
-- TBS(x>=8): wrapped-diagonal heuristic (the n best of the x diagonals {(i, (i+s) mod x)}).
+- TBS(8,8), TBS(16,16): ``_flex_tbs_kernel``, the selection of ``kernels.patterns.tbs_select_swaps``
+  (the n best wrapped diagonals and anti-diagonals, each improved by SWEEPS sweeps of row-pair
+  swaps, the better kept), the reference's float32 operations in its order.
 - Vegeta(m) and n:m: top-n per group of m by rank (ties to the lower index).
 """
 
@@ -283,7 +285,9 @@ def has_fast_kernel(pattern: Pattern) -> bool:
 
 # launch tunables (elements per program, warps), from scripts/gpu_sweep_flex.py on an H100 at a
 # 13824x5120 bf16 weight (results/tuning/h100_sweep_flex.txt): 2:4 98%, Vegeta(4) 53%, Vegeta(8)
-# 57%, TBS(8) 98% of the copy bandwidth. Group size m <= 4 wants small programs, m = 8 twice that.
+# 57% of the copy bandwidth (TBS(8) 98% with the former wrapped-diagonal selection; with two
+# swap sweeps the kernel is compute-bound, about 8%: docs/methods.md). Group size m <= 4 wants
+# small programs, m = 8 twice that.
 GROUPS_ELEMS, GROUPS_WARPS = 1024, 4
 # TBS(x >= 8) (``_flex_tbs_kernel``): a tile takes x / 8 lanes (all x rows, 8 columns each), so
 # CIRCULANT_ELEMS is the |w| budget of a program at x = 8 (x / 8 times more at larger x: the same
