@@ -20,7 +20,8 @@ them. The methods differ in how a tile decides between ``lo_t`` and ``hi_t``:
   and within-tile selection are one Triton pass over the weight (``kernels/_flex_triton.py``).
 
 Within-tile selection is the pattern's (``Pattern.select``): exact for TBS(4) and n:m/Vegeta,
-the wrapped-diagonal heuristic for TBS(x >= 8). All three methods use the same selection, so
+for TBS(x >= 8) two permutation starts improved by row-pair swaps
+(``kernels.patterns.tbs_select_swaps``). All three methods use the same selection, so
 they differ only in the per-tile configuration (and in speed).
 """
 

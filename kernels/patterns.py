@@ -190,11 +190,15 @@ class TBS(Pattern):
         return table[scores.argmax(1)]
 
 
-# Row-pair swap sweeps of the TBS(x >= 5) selection. Measured against the LP optimum (tests/
-# test_tbs_select.py): the two permutation starts alone keep about 90% of it, one sweep about 99%,
-# two sweeps >= 99.4% overall (the worst configuration >= 97.4%) at x = 8 and 16, also on tiles
-# with row and column scales; a third sweep adds little. Each sweep costs the fused kernel about
-# as much arithmetic as the rest of the pass together, hence a small fixed number (a constexpr).
+# Row-pair swap sweeps of the TBS(x >= 5) selection. Retained |w| against the LP optimum (mean
+# per configuration n, |N(0,1)| tiles and tiles with row and column scales, x = 8 and 16;
+# tests/test_tbs_select.py): the two starts alone 76-87%, one sweep 98.1-99.1% (worst n 93-98%),
+# two sweeps 99.3-99.8% (worst n >= 97.1%), three 99.5-99.9%; the wrapped diagonals alone (the
+# former rule) 75-85%. The sweeps are the fused kernel's cost: on an H100, TBS(8) on a 13824x5120
+# bf16 weight takes 0.080 / 0.461 / 0.959 / 1.352 ms at 0 / 1 / 2 / 3 sweeps (88% / 15% / 7% / 5%
+# of the copy bandwidth; the wrapped diagonals alone took 0.072 ms), since every round compares
+# every entry a few times in both starts (scripts/gpu_probe_tbs_select.py). Two sweeps: the
+# quality the tests require. A constexpr of the kernel (one compiled variant per value).
 SWEEPS = 2
 
 
@@ -209,7 +213,9 @@ def _perm_columns(x: int, anti: bool, device: torch.device) -> torch.Tensor:
 def _permutation_start(t: torch.Tensor, n: torch.Tensor, anti: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """The n best permutations of one family (ties to the lower s): layout [T, x, x] and its
     retained sum [T]. Scores are summed row by row (i = 0, 1, ...) and the retained sum over the
-    kept s in order, in float32: the fused kernel's order, so both take the same decisions."""
+    kept s in order, in float32: the fused kernel's order at x = 8, so both take the same
+    decisions (at x = 16 the kernel sums each permutation's two 8-column halves apart and then
+    adds them: the same decisions except at float near-ties of two scores)."""
     nt, x = t.shape[0], t.shape[-1]
     cols = _perm_columns(x, anti, t.device).expand(nt, x, x)
     along = t.gather(2, cols)  # [T, i, s]
@@ -261,11 +267,14 @@ def tbs_select_swaps(mags: torch.Tensor, n: torch.Tensor, sweeps: int = SWEEPS) 
     1. two starts, the n best wrapped diagonals {(i, (i + s) mod x)} and the n best
        anti-diagonals {(i, (s - i) mod x)} (scored by their |w| sums, ties to the lower s);
     2. ``sweeps`` sweeps of row-pair swaps on each (``_swap_sweeps``);
-    3. the start with the larger retained sum (ties: the diagonal one).
+    3. the start with the larger retained sum (tracked as its permutation scores plus the gains
+       of its moves; ties: the diagonal start).
 
-    A diagonal start alone (``tbs_select_circulant``) keeps 10-27% less than the optimum; this
-    keeps >= 99% of it on average. Vectorised over tiles; computed in float32 in the fused
-    kernel's order of operations (``kernels/_flex_triton.py``), so both give the same masks."""
+    The wrapped diagonals alone (``tbs_select_circulant``, the former rule) keep 75-85% of the
+    optimum on average; this keeps 99.3-99.8% (``SWEEPS``). Vectorised over tiles (loops over
+    sweeps, rounds and pairs only); computed in float32 in the fused kernel's order of operations
+    (``kernels/_flex_triton.py``), so both give the same masks (see ``_permutation_start`` for
+    x = 16)."""
     t = mags.float()
     best_layout, best_total = None, None
     for anti in (False, True):
@@ -281,8 +290,8 @@ def tbs_select_swaps(mags: torch.Tensor, n: torch.Tensor, sweeps: int = SWEEPS) 
 
 def tbs_select_circulant(mags: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     """The former TBS(x >= 5) heuristic: keep the n best of the x wrapped diagonals
-    {(i, (i + s) mod x)} (any n of them form an n-regular layout). Keeps 10-27% less |w| than
-    the optimum on |N(0, 1)| tiles; kept for the figure3 suite's gap row."""
+    {(i, (i + s) mod x)} (any n of them form an n-regular layout). Keeps 75-85% of the optimum's
+    |w| on average on |N(0, 1)| tiles at x = 8, 16; kept for the suites' gap row."""
     return _permutation_start(mags.float(), n, anti=False)[0]
 
 
