@@ -55,12 +55,18 @@ def check_density(density: object) -> float:
     return d
 
 
-def bracket(configs: tuple[int, ...], n_real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def bracket(
+    configs: tuple[int, ...] | torch.Tensor, n_real: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(lo, hi, p): the configurations bracketing each tile's wanted configuration and the
-    probability of ``hi`` that makes the expected kept count exact (clamped to the set's ends)."""
-    c = torch.tensor(configs, dtype=torch.float32, device=n_real.device)
+    probability of ``hi`` that makes the expected kept count exact (clamped to the set's ends).
+    ``configs`` may be a float32 tensor on the device prepared once (no host copy per call)."""
+    if isinstance(configs, torch.Tensor):
+        c = configs
+    else:
+        c = torch.tensor(configs, dtype=torch.float32, device=n_real.device)
     x = n_real.float().clamp(c[0], c[-1])
-    i_hi = torch.searchsorted(c, x, right=False).clamp(max=len(configs) - 1)
+    i_hi = torch.searchsorted(c, x, right=False).clamp(max=c.numel() - 1)
     i_lo = (torch.searchsorted(c, x, right=True) - 1).clamp(min=0)
     lo, hi = c[i_lo], c[i_hi]
     span = hi - lo

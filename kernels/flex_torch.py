@@ -29,7 +29,7 @@ from collections.abc import Callable
 import torch
 
 from kernels._common import FLOAT_DTYPES, check_tensor
-from kernels.flex import _check, needs_pivot
+from kernels.flex import _check, bracket, needs_pivot
 from kernels.patterns import TBS, Pattern, Unstructured, regular_patterns
 
 BASELINE_METHODS = ("torch", "vegeta")
@@ -50,18 +50,6 @@ def pivot_and_tie(weights: list[torch.Tensor], k: int) -> tuple[torch.Tensor, to
     share = ((k - gt).double() / eq.clamp(min=1).double()).clamp(0.0, 1.0)
     share = torch.where(eq > 0, share, torch.ones_like(share))
     return pivot, share.float()
-
-
-def _bracket(configs: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``kernels.flex.bracket`` with the configuration tensor prepared once (no host copy)."""
-    x = x.clamp(configs[0], configs[-1])
-    last = configs.numel() - 1
-    i_hi = torch.searchsorted(configs, x, right=False).clamp(max=last)
-    i_lo = (torch.searchsorted(configs, x, right=True) - 1).clamp(min=0)
-    lo, hi = configs[i_lo], configs[i_hi]
-    span = hi - lo
-    p = torch.where(span > 0, (x - lo) / span.clamp(min=1e-30), torch.zeros_like(x))
-    return lo.long(), hi.long(), p
 
 
 def _scatter_back(order: torch.Tensor, take: torch.Tensor) -> torch.Tensor:
@@ -118,7 +106,7 @@ def masks_of_weight(
         flat = mags.flatten(1)
         gt, eq = (flat > pivot).sum(1), (flat == pivot).sum(1)
         counts = gt.float() + eq.float() * tie
-        lo, hi, p = _bracket(configs, counts / pattern.unit)
+        lo, hi, p = bracket(configs, counts / pattern.unit)
         # exact integer counts, as kernels.flex.budget_of (no order-dependent float32 sum)
         budget = gt.sum() + torch.round(eq.sum().double() * tie.double()).long()
         n = _CHOOSE[method](lo, hi, p, pattern.unit, budget)
