@@ -108,12 +108,29 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _print_compare(mod, df) -> None:
+    """Paper vs ours of one device and profile, with whether the rows are older than their code;
+    a smoke run says it is no performance claim and lists the paper's values apart, as not
+    comparable (its shapes are not the paper's)."""
     import pandas as pd
 
+    from repro.paper import load_paper
+    from repro.staleness import frame_staleness
+
     table = mod.compare(df)
+    device, profile = df["device"].iloc[0], df["profile"].iloc[0]
+    fmt = {"index": False, "float_format": lambda v: f"{v:.3g}", "na_rep": ""}
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 200):
-        print(f"\n-- paper vs ours: {mod.TITLE} (device={df['device'].iloc[0]}, profile={df['profile'].iloc[0]})")
-        print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        print(f"\n-- paper vs ours: {mod.TITLE} (device={device}, profile={profile})")
+        for st in frame_staleness(mod.NAME, df):
+            print(f"   {st.sentence()}")
+        if profile != "full" or device == "cpu":
+            print(f"   {profile} profile on {device}: tiny shapes, not a performance claim")
+        print(table.to_string(**fmt) if not table.empty else "   (no comparable rows)")
+        if profile != "full" or device == "cpu":
+            paper = load_paper(mod.ARTIFACT, mod.PAPER)
+            if not paper.empty:
+                print(f"   paper values, not comparable ({profile}):")
+                print(paper.to_string(**fmt))
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ import pandas as pd
 
 from repro.paper import paper_index
 from repro.results import PROVENANCE_COLUMNS, InputError, check_device_slug, contained_path, load_suite_results
+from repro.staleness import frame_staleness
 
 KERNEL_METRICS = ("pct_of_copy", "mask_pct_of_copy", "mask_graph_pct_of_copy")
 # Written into every site this command builds; only a folder carrying it is ever emptied.
@@ -192,10 +193,12 @@ def _suite_page(name: str, mod, df: pd.DataFrame, figures_dir: Path, out: Path) 
     body = [
         f"<p>{_e(mod.PAPER)} {_e(mod.ARTIFACT)}. Rebuild: <code>snakemake {_e(name)}</code> "
         f"(or <code>python -m repro run {_e(name)}</code>).</p>",
-        "<h2>Correctness checks that gate the numbers</h2>",
         f"<p>{_e(_first_paragraph(mod.__doc__))}</p>",
-        "<p>A run checks correctness before timing anything and writes nothing if a check fails; "
-        "rows marked <code>verified=True</code> passed their check on the device named.</p>",
+        "<h2>Correctness checks that gate the numbers</h2>",
+        "<ul>" + "".join(f"<li>{_e(c)}</li>" for c in getattr(mod, "CHECKS", ())) + "</ul>",
+        "<p>A failed check stops the run and writes nothing. A row says <code>verified=True</code> only "
+        "where a check of its own output ran in the same run and passed (for a time: the output of the "
+        "timed call itself); rows that no check stands behind say <code>verified=False</code>.</p>",
     ]
     groups = sorted(df.groupby(["device", "profile"]), key=lambda kv: _run_order(kv[0]))
     toc = "".join(f'<li><a href="#run-{_e(d)}-{_e(p)}">{_e(d)} / {_e(p)} profile</a></li>' for (d, p), _ in groups)
@@ -207,6 +210,9 @@ def _suite_page(name: str, mod, df: pd.DataFrame, figures_dir: Path, out: Path) 
             f'<section class="run" id="run-{_e(dev)}-{_e(prof)}" data-device="{_e(dev)}" data-profile="{_e(prof)}">'
         )
         body.append(f"<h2>{_e(dev)} &mdash; {_e(prof)} profile ({_e(kind)})</h2>")
+        for st in frame_staleness(name, part):  # results older than the code behind them say so
+            cls = "stale" if st.stale else "fresh"
+            body.append(f'<p class="{cls}"><strong>{_e(st.sentence())}</strong></p>')
         if prof != "full" or not gpu:
             body.append(
                 f'<p class="smoke">{_e(prof)} profile on {"a GPU" if gpu else "a CPU"}: tiny shapes and/or '

@@ -16,7 +16,8 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _git(*args: str) -> str:
+def git(*args: str) -> str:
+    """stdout of ``git ARGS`` in the repository, stripped; "" where git fails or is absent."""
     try:
         return subprocess.run(
             ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=True
@@ -33,10 +34,10 @@ def git_commit() -> str:
     """
     if os.environ.get("REPRO_GIT_COMMIT"):
         return os.environ["REPRO_GIT_COMMIT"]
-    sha = _git("rev-parse", "HEAD")
+    sha = git("rev-parse", "HEAD")
     if not sha:
         return "unknown"
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
     return sha + ("-dirty" if dirty else "")
 
 

@@ -19,6 +19,7 @@ class Ceilings:
     copy_bytes: int
     gemm_n: int
     timer: str = ""
+    checked: bool = False  # the timed copy and GEMM outputs were checked after timing, and passed
 
 
 def measure_ceilings(device: torch.device, *, copy_mib: int | None = None, gemm_n: int | None = None) -> Ceilings:
@@ -34,11 +35,19 @@ def measure_ceilings(device: torch.device, *, copy_mib: int | None = None, gemm_
     copy_timer = t.timer
     copy_gbps = 2 * n * 4 / (t.ms * 1e-3) / 1e9
     dtype = torch.bfloat16 if cuda else torch.float32
+    dst.zero_()
+    dst.copy_(src)
+    copy_ok = torch.equal(dst, src)
+    del src, dst
     a = torch.randn(gemm_n, gemm_n, device=device, dtype=dtype)
     b = torch.randn(gemm_n, gemm_n, device=device, dtype=dtype)
     t = time_fn(partial(torch.matmul, a, b), device)
     tflops = 2 * gemm_n**3 / (t.ms * 1e-3) / 1e12
-    return Ceilings(copy_gbps, tflops, str(dtype).replace("torch.", ""), 2 * n * 4, gemm_n, copy_timer)
+    rows = a[:8].double() @ b.double()  # a few rows of the product in float64
+    got = torch.matmul(a, b)[:8].double()
+    gemm_ok = bool(((got - rows).norm() / rows.norm()).item() < 2e-2)
+    dt = str(dtype).replace("torch.", "")
+    return Ceilings(copy_gbps, tflops, dt, 2 * n * 4, gemm_n, copy_timer, checked=copy_ok and gemm_ok)
 
 
 def gbps(nbytes: int, ms: float) -> float:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -45,6 +46,31 @@ class RunContext:
         """The timing and the call it timed (a graph's replay), for a profile of that same call."""
         return time_fn_kept(fn, self.device, graph=graph, **kw)
 
+    def time_checked(self, fn: Callable[[], Any], check: Callable[[Any], bool], what: str, **kw: Any) -> Timing:
+        """Time ``fn``, then check what the timed call itself computes: every tensor of the output
+        it returned is poisoned in place (:func:`poison`), the timed call (the captured graph's
+        replay, or ``fn`` where it ran uncaptured) runs once more, and ``check(output)`` must
+        hold, else the run stops. A row of this timing may say ``verified=True``."""
+        return self.time_checked_kept(fn, check, what, **kw)[0]
+
+    def time_checked_kept(
+        self, fn: Callable[[], Any], check: Callable[[Any], bool], what: str, **kw: Any
+    ) -> tuple[Timing, Callable[[], object]]:
+        """:meth:`time_checked`, and the call it timed (as :meth:`time_kept`)."""
+        held: list[Any] = [None]
+
+        def call() -> Any:
+            held[0] = fn()
+            return held[0]
+
+        t, timed = self.time_kept(call, **kw)
+        poison(held[0])
+        timed()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.check(bool(check(held[0])), f"{what}: the output of the timed call (poisoned, then recomputed)")
+        return t, timed
+
     def check(self, ok: bool, what: str) -> None:
         """Stop the run (nothing written) unless ``ok``."""
         if not ok:
@@ -64,25 +90,41 @@ class RunContext:
         return self._copy_cache[nbytes]
 
     def add_bandwidth_rows(
-        self, method: str, shape: str, dtype: str, nbytes: int, t: Timing, *, paper_unit: str | None = None
+        self,
+        method: str,
+        shape: str,
+        dtype: str,
+        nbytes: int,
+        t: Timing,
+        *,
+        verified: bool,
+        paper_unit: str | None = None,
     ) -> float:
-        """Time, GB/s and % of the measured copy bandwidth of one verified measurement; returns GB/s."""
+        """Time, GB/s and % of the measured copy bandwidth of one measurement (``verified``: its
+        timed call's output passed a check in this run, see :meth:`time_checked`); returns GB/s."""
         bw = gbps(nbytes, t.ms)
-        add = self.results.add
-        add(method, shape, dtype, "time", t.ms, "ms", verified=True, timer=t.timer)
-        add(method, shape, dtype, "bandwidth", bw, "GB/s", verified=True, timer=t.timer)
-        add(method, shape, dtype, "pct_of_copy", 100 * bw / self.ceilings.copy_gbps, "%", verified=True, timer=t.timer)
+        add = partial(self.results.add, verified=verified, timer=t.timer)
+        add(method, shape, dtype, "time", t.ms, "ms")
+        add(method, shape, dtype, "bandwidth", bw, "GB/s")
+        add(method, shape, dtype, "pct_of_copy", 100 * bw / self.ceilings.copy_gbps, "%")
         same = self.same_bytes_copy_gbps(nbytes)
-        add(method, shape, dtype, "pct_of_same_bytes_copy", 100 * bw / same, "%", verified=True, timer=t.timer)
+        add(method, shape, dtype, "pct_of_same_bytes_copy", 100 * bw / same, "%")
         if paper_unit == "TB/s":
-            add(method, shape, dtype, "throughput", bw / 1e3, "TB/s", verified=True, timer=t.timer)
+            add(method, shape, dtype, "throughput", bw / 1e3, "TB/s")
         return bw
 
     def add_ceiling_rows(self) -> None:
         c = self.ceilings
         timer = self.ceilings.timer
         self.results.add(
-            "ceiling", str(c.copy_bytes), "float32", "copy_bandwidth", c.copy_gbps, "GB/s", verified=True, timer=timer
+            "ceiling",
+            str(c.copy_bytes),
+            "float32",
+            "copy_bandwidth",
+            c.copy_gbps,
+            "GB/s",
+            verified=c.checked,
+            timer=timer,
         )
         self.results.add(
             "ceiling",
@@ -91,9 +133,29 @@ class RunContext:
             "gemm_rate",
             c.gemm_tflops,
             "TFLOP/s",
-            verified=True,
+            verified=c.checked,
             timer=timer,
         )
+
+
+def poison(out: Any) -> None:
+    """Overwrite in place every tensor in ``out`` (a tensor, or lists / tuples / dicts of them)
+    with values no correct call leaves behind: bools inverted, floats NaN, integers bit-inverted.
+    A timed call that does not rewrite its output then fails the check that follows."""
+    if isinstance(out, torch.Tensor):
+        with torch.no_grad():
+            if out.dtype == torch.bool:
+                out.logical_not_()
+            elif out.is_floating_point() or out.is_complex():
+                out.fill_(float("nan"))
+            else:
+                out.bitwise_not_()
+    elif isinstance(out, (list, tuple)):
+        for x in out:
+            poison(x)
+    elif isinstance(out, dict):
+        for x in out.values():
+            poison(x)
 
 
 def figures_dir(device: torch.device) -> Path:

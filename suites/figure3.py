@@ -53,6 +53,16 @@ NAME = "figure3"
 PAPER = "fast"
 ARTIFACT = "figure3"
 TITLE = "FAST Fig. 3: flex-SS mask generation, FAST vs strong PyTorch baselines"
+CHECKS = (
+    "every mask is valid for its pattern (first offending tile named otherwise)",
+    "FAST's device pivot and tie share equal the exact ones; its tile configurations equal the "
+    "reference's but for at most 1e-5 of tiles, and keep the reference's |W| where they agree",
+    "each baseline's masks equal the readable reference's (compiled forms: the same budget and |W|)",
+    "nm_mask equals its reference",
+    "timed rows: the timed call's own masks (poisoned, recomputed) equal the checked masks",
+    "TBS(8,8) selection gap rows: n kept per row and column, never above the exact LP optimum",
+    "training-step rows: a finite loss only (verified=False)",
+)
 
 DENSITY = 0.5
 PATTERNS = ("TBS(4)", "TBS(8)", "Vegeta(4)", "Vegeta(8)", "2:4")
@@ -188,6 +198,7 @@ def _time_methods(ctx: RunContext, model: str, cfg: LlamaConfig, block: dict, pa
     weights = list(block.values())
     nbytes = task_bytes(weights, pattern)
     callers: dict[str, object] = {}
+    checked: dict[str, list[torch.Tensor]] = {}  # each method's masks, checked against the reference
     compiled = ctx.device.type == "cuda" and model in COMPILED_MODELS
     compiled = compiled and not (isinstance(pattern, TBS) and pattern.x >= 8)
     for method in BASELINES:
@@ -197,23 +208,29 @@ def _time_methods(ctx: RunContext, model: str, cfg: LlamaConfig, block: dict, pa
             masks = check_baseline(ctx, model, block, pattern, masker, label)
             if not comp:
                 _quality_rows(ctx, model, block, pattern, method, masks)
-            callers[label] = masker
+            callers[label], checked[label] = masker, masks
     masker = FlexMasker(weights, pattern, DENSITY, SEED)
-    _quality_rows(ctx, model, block, pattern, "fast", check_fast(ctx, model, block, pattern, masker))
+    checked["fast"] = check_fast(ctx, model, block, pattern, masker)
+    _quality_rows(ctx, model, block, pattern, "fast", checked["fast"])
     callers["fast"] = partial(masker, check=False)
     if isinstance(pattern, NM) and use_triton(weights[0]):
         got = _nm_masks(weights, pattern)
         want = [nm_mask_reference(w, pattern.n, pattern.m) for w in weights]
         ctx.check(all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), f"{model} nm_mask != reference")
-        callers["nm_mask"] = partial(_nm_masks, weights, pattern)
+        callers["nm_mask"], checked["nm_mask"] = partial(_nm_masks, weights, pattern), got
     ms: dict[str, float] = {}
     for label, fn in callers.items():
-        t = ctx.time(fn)
+        # the timed call's own masks (poisoned, then recomputed) equal the checked ones
+        t = ctx.time_checked(fn, partial(_same_masks, checked[label]), f"{model} {pattern.name} {label}")
         ms[label] = t.ms * cfg.layers
         add = partial(ctx.results.add, label, model, "bf16", verified=True, variant=pattern.name, timer=t.timer)
         add("time", ms[label], "ms")
         add("pct_of_copy", 100 * nbytes / (t.ms * 1e-3) / 1e9 / ctx.ceilings.copy_gbps, "%")
     return ms
+
+
+def _same_masks(want: list[torch.Tensor], got: list[torch.Tensor]) -> bool:
+    return len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
 def _add_speedups(ctx: RunContext, model: str, pattern, ms: dict[str, float]) -> None:
@@ -253,10 +270,11 @@ def _law_of_large_numbers(ctx: RunContext, gen: torch.Generator) -> None:
     pattern = TBS(4)
     for n in sizes:
         w = torch.randn(n, n, device=ctx.device, generator=gen).to(torch.bfloat16)
-        errs = [
-            mask_quality(w, flex_mask(w, pattern, DENSITY, "fast", s), pattern, DENSITY)["density_error"]
-            for s in range(16)
-        ]
+        errs = []
+        for s in range(16):
+            m = flex_mask(w, pattern, DENSITY, "fast", s)
+            pattern.validate(m)  # raises with the first offending tile: the rows below are of valid masks
+            errs.append(mask_quality(w, m, pattern, DENSITY)["density_error"])
         rms = (sum(e * e for e in errs) / len(errs)) ** 0.5
         ctx.results.add(
             "fast",
@@ -273,6 +291,7 @@ def _law_of_large_numbers(ctx: RunContext, gen: torch.Generator) -> None:
     for spec in PATTERNS:
         p = parse_pattern(spec)
         (m,) = FlexMasker(w, p, DENSITY, SEED)()  # the suite's launches (no other kernel variant)
+        p.validate(m)
         err = mask_quality(w, m, p, DENSITY)["density_error"]
         ctx.results.add("fast", f"{o}x{i}", "bf16", "ffn_density_error", err, "fraction", verified=True, variant=p.name)
 
@@ -293,8 +312,12 @@ def _heuristic_gap(ctx: RunContext, gen: torch.Generator) -> None:
         best = torch.stack([(t * tbs_select_exact(t, n)).sum() for t in tiles])
         ns = torch.full((count,), n)
         for method, select in (("selection", TBS(8).select), ("heuristic", tbs_select_circulant)):
-            kept = (tiles * select(tiles.float(), ns)).flatten(1).sum(1)
+            sel = select(tiles.float(), ns).to(torch.float64)
+            counts_ok = bool((sel.sum(-1) == n).all() and (sel.sum(-2) == n).all())
+            kept = (tiles * sel).flatten(1).sum(1)
             gap = float((1 - kept / best).mean())
+            # a valid selection (n per row and column) never beats the exact optimum
+            ctx.check(counts_ok and float(((best - kept) / best).min()) >= -1e-9, f"TBS(8,8) n={n} {method}")
             ctx.results.add(
                 method,
                 f"{count} tiles",

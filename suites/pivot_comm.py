@@ -42,6 +42,11 @@ NAME = "pivot_comm"
 PAPER = "fast"
 ARTIFACT = "pivot_comm"
 TITLE = "FAST Sec. III: pivot search communication and time"
+CHECKS = (
+    "every method gives the same pivot on every rank, equal to the all-gather baseline's",
+    "the pivot keeps the k largest |w| (a direct count on the shards)",
+    "the distributed pivot equals the single-process pivot of the same values",
+)
 
 METHODS = {
     "exact": "all-gather every shard's float32 |w|, then select (baseline)",

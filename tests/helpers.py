@@ -56,6 +56,20 @@ class ScriptedCtx:
         self.timed += 1
         return self._timing(ms=self._times.pop(0), timer="scripted", reps=1)
 
+    def time_checked(self, fn, check, what: str, graph: bool = True):  # noqa: ANN001, ANN201
+        """As RunContext.time_checked: the output of a poisoned rerun must pass ``check``."""
+        return self.time_checked_kept(fn, check, what, graph=graph)[0]
+
+    def time_checked_kept(self, fn, check, what: str, graph: bool = True):  # noqa: ANN001, ANN201
+        from repro.suite import poison
+
+        t = self.time(fn, graph=graph)
+        out = fn()
+        poison(out)
+        out = fn()
+        assert check(out), what
+        return t, fn
+
     def check(self, ok: bool, what: str) -> None:
         assert ok, what
 

@@ -92,3 +92,49 @@ def test_cli_compare_and_list_on_stored_results(smoke_run):
     assert missing.returncode == 1 and "no results" in missing.stderr
     bad = run("run", "table9")
     assert bad.returncode != 0 and "unknown suite" in bad.stderr
+
+
+def _planned(work: Path, targets: list[str]) -> set[str]:
+    """Suites whose run ``snakemake -n TARGETS`` plans (from the stamp files it would write)."""
+    env = {**os.environ, "PYTHONPATH": str(work), "CUDA_VISIBLE_DEVICES": ""}
+    cmd = [sys.executable, "-m", "snakemake", "-n", *targets, "--config", "profile=smoke", "--cores", "1"]
+    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    return {t for t in targets if f"smoke/{t}.done" in out}
+
+
+def test_touching_model_code_reruns_the_training_suites_only(tmp_path):
+    """A suite's inputs are every file behind its numbers (repro.deps): after its run, touching
+    repro/models/gpt2.py or suites/_training_bench.py plans figure6 and table8 again, not table3."""
+    work = tmp_path / "wf"
+    work.mkdir()
+    for name in COPY:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(src, work / name)
+    stamps = work / ".snakemake-runs" / "cpu" / "smoke"
+    stamps.mkdir(parents=True)
+    suites = ["figure6", "table8", "table3"]
+    for suite in suites:
+        (stamps / f"{suite}.done").touch()  # as if each had run just now, after every source
+    assert _planned(work, suites) == set()
+    later = (stamps / "table3.done").stat().st_mtime + 10
+    for changed in ("repro/models/gpt2.py", "suites/_training_bench.py"):
+        os.utime(work / changed, (later, later))
+        assert _planned(work, suites) == {"figure6", "table8"}, changed
+        os.utime(work / changed, (later - 3600, later - 3600))
+
+
+def test_alias_rules_are_the_suite_list():
+    from suites import SUITES
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--list-target-rules"], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rules = set(proc.stdout.split())
+    assert set(SUITES) <= rules and {"all", "dashboard"} <= rules

@@ -30,8 +30,8 @@ LOGS = Path("logs") / SLUG / PROFILE
 
 
 def suite_code(wildcards):
-    """A suite reruns when its module, the kernels or the library change."""
-    files = [f"suites/{wildcards.suite}.py", "suites/_common.py"]
-    files += sorted(str(p) for p in Path("kernels").glob("*.py"))
-    files += sorted(str(p) for p in Path("repro").glob("*.py"))
-    return files
+    """Every source file behind the suite's numbers: its module and what it imports from this
+    repository, transitively, private modules included (``repro.deps.suite_sources``)."""
+    from repro.deps import suite_sources
+
+    return list(suite_sources(wildcards.suite))
