@@ -48,6 +48,7 @@ from repro.models.llama import CONFIGS, LlamaConfig, block_linear_shapes
 from repro.paper import load_paper
 from repro.plots import PALETTE, grouped_bars, new_figure, save
 from repro.suite import RunContext
+from suites._common import Verdict
 
 NAME = "figure3"
 PAPER = "fast"
@@ -512,3 +513,16 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
     dev, prof = df["device"].iloc[0], df["profile"].iloc[0]
     fig.suptitle(f"{TITLE}  [{dev}, {prof}]", fontsize=9)
     return save(fig, stem)
+
+
+def verdict(df: pd.DataFrame) -> Verdict:
+    """Not comparable: the paper's baselines are unpublished (ours are strong GPU baselines and our
+    Vegeta-based reading is a choice), and its GPU is an A800; the means are stated beside."""
+    t = compare(df)
+    ours = t[(t["model"] == "map-neo-460m") & (t["pattern"] == "average (ours, mask generation)")]
+    means = ""
+    if not ours.empty:
+        r = ours.iloc[0]
+        means = f"ours {r['fast_vs_torch']:.1f}x / {r['fast_vs_vegeta']:.1f}x vs paper 17.03x / 1.25x; "
+    why = "different baselines (ours: strong device-only PyTorch, compiled) and GPU (A800); end to end not measured"
+    return Verdict("not comparable", means + why)

@@ -40,6 +40,7 @@ from repro.plots import grouped_bars, new_figure, save
 from repro.suite import RunContext
 from repro.timing import release_memory
 from suites import _kernel_breakdown as kernel_breakdown_rows
+from suites._common import Verdict, ratio_verdict
 from suites._training_bench import (
     CEILING,
     DW_TOL,
@@ -403,3 +404,20 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
     dev, prof = df["device"].iloc[0], df["profile"].iloc[0]
     fig.suptitle(f"{TITLE}  [{dev}, {prof}]", fontsize=9)
     return save(fig, stem)
+
+
+def verdict(df: pd.DataFrame) -> Verdict:
+    """fst's step speedup at the paper's batch per model vs the paper's (RTX 3090), within 5%; the
+    worst model decides."""
+    t = compare(df)
+    col = "paper_fst_speedup (RTX 3090)"
+    if col not in t or "fst_speedup" not in t:
+        return Verdict("not comparable", "no row at the paper's batch sizes")
+    rows = t[t[col].notna()]
+    got = [ratio_verdict(float(a), float(b), 0.05, "") for a, b in zip(rows["fst_speedup"], rows[col], strict=True)]
+    if not got:
+        return Verdict("not comparable", "no row at the paper's batch sizes")
+    order = ("falls short", "not comparable", "exceeds", "reproduced")
+    status = min((g.status for g in got), key=order.index)
+    parts = [f"{m} N={b}: {g.caveat.split(';')[0]}" for m, b, g in zip(rows["model"], rows["batch"], got, strict=True)]
+    return Verdict(status, "; ".join(parts) + "; H100 vs RTX 3090, bf16 vs fp16; GEMM-level ceiling 1.02-1.09x")
