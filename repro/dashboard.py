@@ -45,6 +45,7 @@ th.desc:after{content:" \\25BC"}td.num{text-align:right;font-variant-numeric:tab
 .reproduced{background:#c8f0c8}.exceeds{background:#c8e0f8}.fallsshort{background:#fbd0c0}.notcomparable{background:#fbe7a8}.noGPUrun{background:#eee}.notyet{background:#eee}.nothingtoreproduce{background:#f6f6f6}.caveat{font-size:11px;color:#555;max-width:28em}
 .smoke{background:#fbe7a8;padding:.5em;border-left:4px solid #d9a400}
 section.run{border-top:2px solid #888;margin-top:2em}img{max-width:100%;border:1px solid #ddd}
+figure{overflow-x:auto;margin:1em 0}figure img{max-width:none}
 code{background:#f4f4f4;padding:0 3px}
 """
 
