@@ -41,11 +41,12 @@ from repro.suite import RunContext
 from suites import _kernel_breakdown as kernel_breakdown_rows
 from suites._common import Verdict, ratio_verdict
 from suites._training_bench import (
-    AMP_DTYPE,
     CEILING,
     DW_TOL,
     MVUE_DRAWS,
     TwinCheck,
+    amp_dtype,
+    amp_name,
     ceiling_refusal,
     factory,
     fst_min_extra_bytes,
@@ -102,11 +103,11 @@ def _cfg(d: int, n: int) -> GPT2Config:
 
 def _act_dtype(device: torch.device) -> torch.dtype:
     """Dtype of activations and gradients: bf16 under autocast on CUDA; float32 on CPU smoke runs."""
-    return AMP_DTYPE if device.type == "cuda" else torch.float32
+    return amp_dtype() if device.type == "cuda" else torch.float32
 
 
 def _dtype_label(device: torch.device) -> str:
-    return "bf16-amp" if device.type == "cuda" else "fp32"
+    return f"{amp_name()}-amp" if device.type == "cuda" else "fp32"
 
 
 def _inputs(device: torch.device, batch: int, n: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -203,7 +204,7 @@ def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
     from kernels.sparse_gemm import pack_pair_operands, refresh_pair_operands
     from kernels.transposable import transposable_mask
 
-    dev, bf = ctx.device, AMP_DTYPE
+    dev, bf = ctx.device, amp_dtype()
     t_tok, f = batch * n, 4 * d
     if ceiling_refusal(d, f, t_tok, dev) is not None:
         return
