@@ -42,9 +42,10 @@ th.desc:after{content:" \\25BC"}td.num{text-align:right;font-variant-numeric:tab
 .scroll{max-height:480px;overflow:auto;border:1px solid #ddd;margin-bottom:1.5em}
 .wide{overflow-x:auto}.scroll table{margin:0}
 .badge{display:inline-block;padding:1px 6px;border-radius:3px;font-size:12px}
-.reproduced{background:#c8f0c8}.partly{background:#fbe7a8}.notyet{background:#eee}
+.reproduced{background:#c8f0c8}.exceeds{background:#c8e0f8}.fallsshort{background:#fbd0c0}.notcomparable{background:#fbe7a8}.noGPUrun{background:#eee}.notyet{background:#eee}.nothingtoreproduce{background:#f6f6f6}.caveat{font-size:11px;color:#555;max-width:28em}
 .smoke{background:#fbe7a8;padding:.5em;border-left:4px solid #d9a400}
 section.run{border-top:2px solid #888;margin-top:2em}img{max-width:100%;border:1px solid #ddd}
+figure{overflow-x:auto;margin:1em 0}figure img{max-width:none}
 code{background:#f4f4f4;padding:0 3px}
 """
 
@@ -157,12 +158,24 @@ def _preferred_run(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["device"] == key[0]) & (df["profile"] == key[1])]
 
 
-def _status(df: pd.DataFrame | None) -> str:
+def _status(df: pd.DataFrame | None, mod=None, note: str = "") -> tuple[str, str]:  # noqa: ANN001
+    """(status, caveat) of one artifact: the suite's verdict on its preferred GPU run (reproduced,
+    exceeds, falls short, not comparable); "no GPU run" where only smoke/CPU rows exist; "nothing
+    to reproduce" for diagrams; "not yet" where no suite exists."""
     if df is None:
-        return "not yet"
-    if ((df["device"] != "cpu") & (df["profile"] == "full")).any():
-        return "reproduced"
-    return "partly"
+        if "diagram" in note or "no numeric values" in note:
+            return "nothing to reproduce", "a diagram or layout, no numbers"
+        return "not yet", ""
+    gpu = df[(df["device"] != "cpu") & (df["profile"] == "full")]
+    if gpu.empty:
+        return "no GPU run", "only smoke/CPU rows: not a performance claim"
+    if mod is not None and hasattr(mod, "verdict"):
+        try:
+            v = mod.verdict(_preferred_run(df))
+        except Exception as e:  # noqa: BLE001 (a broken verdict must not break the site)
+            return "not comparable", f"verdict failed: {type(e).__name__}"
+        return v.status, v.caveat
+    return "not comparable", "the suite gives no verdict"
 
 
 def _gpus(df: pd.DataFrame | None) -> str:
@@ -344,18 +357,24 @@ def build_site(
             _suite_page(name, mod, frames[name], figures_dir, out)
     _kernels_page(frames, results_dir, out)
 
-    idx = paper_index()[["paper", "artifact", "source", "title"]].to_dict("records")
+    pi = paper_index()
+    idx = pi[["paper", "artifact", "source", "title"]].to_dict("records")
+    notes = {(r.paper, r.artifact): f"{r.title} {r.status_note}".lower() for r in pi.fillna("").itertuples()}
     known = {(r["paper"], r["artifact"]) for r in idx}
     for mod in mods.values():  # suites without a row in the paper index (e.g. a text section)
         if (mod.PAPER, mod.ARTIFACT) not in known:
             idx.append({"paper": mod.PAPER, "artifact": mod.ARTIFACT, "source": "", "title": mod.TITLE})
     by_artifact = {(m.PAPER, m.ARTIFACT): n for n, m in mods.items()}
     rows = []
+    counts: dict[str, int] = {}
     for r in idx:
         name = by_artifact.get((r["paper"], r["artifact"]))
         df = frames.get(name) if name else None
         has = df is not None and not df.empty
-        status = _status(df if name else None)
+        status, caveat = _status(
+            df if name else None, mods.get(name) if name else None, notes.get((r["paper"], r["artifact"]), "")
+        )
+        counts[status] = counts.get(status, 0) + 1
         if name and not has:
             summary = "suite ready, no results yet"
         elif has:
@@ -371,17 +390,25 @@ def build_site(
         rows.append(
             "<tr>"
             f"<td>{_e(r['paper'])}</td><td>{_e(r['artifact'])}</td><td>{link}</td>"
-            f'<td><span class="badge {cls}">{_e(status)}</span></td><td>{_e(summary)}</td>'
+            f'<td><span class="badge {cls}" title="{_e(caveat)}">{_e(status)}</span>'
+            f'<div class="caveat">{_e(caveat)}</div></td><td>{_e(summary)}</td>'
             f"<td>{_e(_gpus(df) if has else '')}</td>"
             f"<td>{'<code>snakemake ' + _e(name) + '</code>' if name else ''}</td></tr>"
         )
     head = "".join(
         f"<th>{h}</th>" for h in ("paper", "artifact", "title", "status", "paper vs ours", "ran on", "rebuild")
     )
+    with_numbers = len(idx) - counts.get("nothing to reproduce", 0)
+    tally = ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
     body = (
-        "<p>Every table and figure of the reproduced papers. <em>reproduced</em>: full-profile rows from a "
-        "GPU; <em>partly</em>: a suite exists but only smoke/CPU rows (or none) are stored; <em>not yet</em>: "
-        'no suite. Kernel bandwidth vs roofline: <a href="kernels.html">kernels</a>.</p>'
+        f"<p>Every table and figure of the papers: <strong>{counts.get('reproduced', 0)} of {with_numbers} "
+        f"artifacts with numbers reproduced</strong> ({_e(tally)}). <em>reproduced</em>: our GPU result "
+        "matches the paper's stated value within the tolerance given in the caveat; <em>exceeds</em> / "
+        "<em>falls short</em>: outside it, above or below; <em>not comparable</em>: the numbers measure "
+        "different things (the caveat says why: GPU, baseline, scale); <em>no GPU run</em>: a suite exists "
+        "but only smoke/CPU rows are stored; <em>not yet</em>: no suite; <em>nothing to reproduce</em>: a "
+        "diagram. How each is measured: docs/methods.md in the repository. "
+        'Kernel bandwidth vs roofline: <a href="kernels.html">kernels</a>.</p>'
         f'<table class="sortable" id="artifacts"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
     )
     index = out / "index.html"

@@ -71,16 +71,21 @@ def grouped_bars(
     ax.legend(fontsize=7, loc="upper left", ncol=2)
 
 
-def new_figure(ncols: int = 1, width: float = 5.0, height: float = 3.4) -> tuple[plt.Figure, list[plt.Axes]]:
+def new_figure(
+    ncols: int = 1, width: float = 5.0, height: float = 3.4, nrows: int = 1
+) -> tuple[plt.Figure, list[plt.Axes]]:
+    """A figure of ``nrows`` x ``ncols`` panels of ``width`` x ``height`` inches each; the axes in
+    reading order (row by row)."""
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
-    for ax in axes[0]:
+        fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat:
         for k, v in STYLE.items():
             if k == "axes.grid":
                 ax.grid(v, alpha=STYLE["grid.alpha"])
         ax.spines["top"].set_visible(False)
         ax.spines["right"].set_visible(False)
-    return fig, list(axes[0])
+    return fig, flat
 
 
 # No date, no software version, no random ids: the same figure gives the same bytes on every

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 import torch
 
@@ -37,3 +39,31 @@ def cell(table: pd.DataFrame, key: object, column: str) -> float:
     if table.empty or key not in table.index or column not in table.columns:
         return float("nan")
     return float(table.loc[key, column])
+
+
+VERDICTS = ("reproduced", "exceeds", "falls short", "not comparable")
+"""Statuses of an artifact with GPU results: ours matches the paper within the stated tolerance,
+is above it, is below it, or measures something the paper's number cannot be compared with."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How our result stands against the paper's, with one line of caveat (why, and what differs)."""
+
+    status: str
+    caveat: str
+
+    def __post_init__(self) -> None:
+        if self.status not in VERDICTS:
+            raise ValueError(f"status must be one of {VERDICTS}, got {self.status!r}")
+
+
+def ratio_verdict(ours: float, paper: float, tol: float, caveat: str) -> Verdict:
+    """``reproduced`` when ours is within ``tol`` (relative) of the paper's value, else
+    ``exceeds`` or ``falls short``; ``not comparable`` when either side is missing."""
+    if not (ours == ours and paper == paper) or paper == 0:
+        return Verdict("not comparable", caveat + " (no value to compare)")
+    rel = ours / paper - 1
+    status = "reproduced" if abs(rel) <= tol else ("exceeds" if rel > 0 else "falls short")
+    said = f"ours {ours:.3g} vs paper {paper:.3g} ({rel:+.0%}, tolerance {tol:.0%})"
+    return Verdict(status, f"{said}; {caveat}" if caveat else said)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
 import statistics
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -41,17 +42,31 @@ def mode_config(cfg: GPT2Config, mode: str) -> GPT2Config:
     return dataclasses.replace(cfg, ffn_mode="fst" if mode == CEILING else mode)
 
 
-AMP_DTYPE = torch.bfloat16
-"""Compute dtype of the timed runs: float32 master weights under ``torch.autocast`` in this dtype
-(mixed precision, as Hu et al. measure: "FP16 mixed precision training is used on all models")."""
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def amp_name() -> str:
+    """Compute dtype of the timed runs, by name: float32 master weights under ``torch.autocast`` in
+    this dtype. ``REPRO_AMP_DTYPE=fp16`` runs what Hu et al. measure ("FP16 mixed precision training
+    is used on all models"); bf16 (the default) is what Hopper training runs use. Each row's
+    ``dtype`` says which (one run replaces the profile's rows, so a results file holds one)."""
+    name = os.environ.get("REPRO_AMP_DTYPE", "bf16")
+    if name not in AMP_DTYPES:
+        raise ValueError(f"REPRO_AMP_DTYPE must be one of {sorted(AMP_DTYPES)}, got {name!r}")
+    return name
+
+
+def amp_dtype() -> torch.dtype:
+    """The torch dtype of :func:`amp_name`."""
+    return AMP_DTYPES[amp_name()]
 
 
 def amp(device: torch.device) -> contextlib.AbstractContextManager:
-    """Autocast to :data:`AMP_DTYPE` on CUDA (no weight-cast cache: every call casts, as every
+    """Autocast to :func:`amp_dtype` on CUDA (no weight-cast cache: every call casts, as every
     training step does after its optimizer update); a no-op elsewhere (CPU smoke runs in fp32)."""
     if device.type != "cuda":
         return contextlib.nullcontext()
-    return torch.autocast("cuda", dtype=AMP_DTYPE, cache_enabled=False)
+    return torch.autocast("cuda", dtype=amp_dtype(), cache_enabled=False)
 
 
 def fwd_bwd(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
@@ -110,7 +125,7 @@ def ceiling_refusal(d: int, f: int, tokens: int, device: torch.device) -> str | 
     from kernels.sparse_gemm import cslt_refusal
 
     for rows, cols, n in ((f, d, tokens), (d, f, tokens), (f, tokens, d), (d, tokens, f)):
-        reason = cslt_refusal(rows, cols, n, AMP_DTYPE, device)
+        reason = cslt_refusal(rows, cols, n, amp_dtype(), device)
         if reason is not None:
             return reason
     return None

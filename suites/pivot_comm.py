@@ -37,6 +37,7 @@ import torch.multiprocessing as mp
 
 from kernels.pivot import find_pivot, find_pivot_stats
 from repro.suite import RunContext
+from suites._common import Verdict
 
 NAME = "pivot_comm"
 PAPER = "fast"
@@ -312,3 +313,8 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
     dev, prof = df["device"].iloc[0], df["profile"].iloc[0]
     fig.suptitle(f"{TITLE}  [{dev}, {prof}; paper: {PAPER_NOTE}]", fontsize=9)
     return save(fig, stem)
+
+
+def verdict(df: pd.DataFrame) -> Verdict:
+    """FAST states no numbers for its pivot search: nothing to compare with."""
+    return Verdict("not comparable", "the paper states no numbers for the pivot search (qualitative claim)")

@@ -16,7 +16,7 @@ from kernels.geglu import geglu, geglu_bytes, geglu_intuitive
 from repro.paper import load_paper
 from repro.plots import grouped_bars, new_figure, save
 from repro.suite import RunContext
-from suites._common import cell, pivot_metric, shape_order
+from suites._common import Verdict, cell, pivot_metric, ratio_verdict, shape_order
 
 NAME = "table3"
 PAPER = "hu2024"
@@ -135,3 +135,11 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
     dev, prof = df["device"].iloc[0], df["profile"].iloc[0]
     fig.suptitle(f"{TITLE}  [{dev}, {prof}]", fontsize=9)
     return save(fig, stem)
+
+
+def verdict(df: pd.DataFrame) -> Verdict:
+    """Ours over the intuitive kernel (median over shapes) vs the paper's ratio (RTX 3090)."""
+    t = compare(df)
+    t = t[t["our_ratio"].notna()]
+    why = "ratio ours / intuitive; H100 vs RTX 3090; our intuitive kernel may be slower than theirs"
+    return ratio_verdict(float(t["our_ratio"].median()), float(t["paper_ratio"].median()), 0.2, why)

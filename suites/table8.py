@@ -40,10 +40,13 @@ from repro.plots import grouped_bars, new_figure, save
 from repro.suite import RunContext
 from repro.timing import release_memory
 from suites import _kernel_breakdown as kernel_breakdown_rows
+from suites._common import Verdict, ratio_verdict
 from suites._training_bench import (
     CEILING,
     DW_TOL,
     MVUE_DRAWS,
+    amp_dtype,
+    amp_name,
     ceiling_refusal,
     factory,
     masked_dense_twin,
@@ -97,7 +100,7 @@ class _Step:
         self.opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95), **kw)
 
     def loss(self) -> torch.Tensor:
-        with torch.autocast(self.tokens.device.type, dtype=torch.bfloat16, enabled=self.cuda, cache_enabled=False):
+        with torch.autocast(self.tokens.device.type, dtype=amp_dtype(), enabled=self.cuda, cache_enabled=False):
             logits = self.model(self.tokens)
         return F.cross_entropy(logits.float().flatten(0, 1), self.targets.flatten())
 
@@ -130,7 +133,7 @@ def _check_model(
     tokens, targets = tokens[:CHECK_SEQS], targets[:CHECK_SEQS]  # the check's memory stays small
     twin = masked_dense_twin(model, partial(_model, cfg, "half" if mode == "half" else "dense", tokens.device))
     with torch.no_grad():
-        with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=tokens.is_cuda):
+        with torch.autocast(tokens.device.type, dtype=amp_dtype(), enabled=tokens.is_cuda):
             got = F.cross_entropy(model(tokens).float().flatten(0, 1), targets.flatten())
         ref = F.cross_entropy(twin(tokens).float().flatten(0, 1), targets.flatten())
     err = rel_err(got.reshape(1), ref.reshape(1))
@@ -149,7 +152,7 @@ def _check_model(
     for p in model.parameters():
         p.grad = None
     for _ in range(draws):
-        with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=tokens.is_cuda, cache_enabled=False):
+        with torch.autocast(tokens.device.type, dtype=amp_dtype(), enabled=tokens.is_cuda, cache_enabled=False):
             logits = model(t1)
         F.cross_entropy(logits.float().flatten(0, 1), y1.flatten()).backward()
     e_dw = max(rel_err(m.weight.grad / draws, twin_mods[name].weight.grad) for name, m in layers.items())
@@ -217,11 +220,11 @@ def _time_mode(
         if check:
             err, e_dw = _check_model(ctx, model, cfg, mode, tokens, targets, shape)
             release_memory(ctx.device)  # the twin's blocks, before the step's largest allocation
-            ctx.results.add(mode, shape, "bf16", "loss_rel_err_vs_masked_dense", err, "", verified=True)
+            ctx.results.add(mode, shape, amp_name(), "loss_rel_err_vs_masked_dense", err, "", verified=True)
             if e_dw == e_dw:
                 draws = f"mean of {MVUE_DRAWS} MVUE draws" if mode == "fst" else "1 call (exact)"
                 ctx.results.add(
-                    mode, shape, "bf16", "dw_rel_err_vs_masked_dense", e_dw, "", verified=True, variant=draws
+                    mode, shape, amp_name(), "dw_rel_err_vs_masked_dense", e_dw, "", verified=True, variant=draws
                 )
         # the timed step's own loss (poisoned, recomputed by the replay): finite, and the repeated
         # steps on one batch have not made it worse (their updates ran and did not diverge)
@@ -232,7 +235,7 @@ def _time_mode(
         del timed  # the graph and its pool
         if cats is not None:
             # a profile of the timed replay: no output of its own is checked (verified=False)
-            add = partial(ctx.results.add, shape=shape, dtype="bf16", verified=False)
+            add = partial(ctx.results.add, shape=shape, dtype=amp_name(), verified=False)
             kernel_breakdown_rows.record(add, mode, cats, t.ms, t.timer)
         refresh = _refresh_time(ctx, model) if mode in ("fst", "weight24") else 0.0
         interval = next((m.mask_interval for m in sparse_layers(model)), 1)
@@ -296,7 +299,7 @@ def _measure(ctx: RunContext, name: str, cfg: GPT2Config, batch: int, seq: int, 
         if "dense" not in runs:
             return
     ms, per_round = round_summary({m: amortized[m] for m in runs})
-    add = partial(ctx.results.add, shape=shape, dtype="bf16", verified=True)
+    add = partial(ctx.results.add, shape=shape, dtype=amp_name(), verified=True)
     for mode in runs:
         med_step = statistics.median(step[mode])
         add(mode, metric="step_time", value=med_step, unit="ms", timer=timer)
@@ -403,3 +406,20 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
     dev, prof = df["device"].iloc[0], df["profile"].iloc[0]
     fig.suptitle(f"{TITLE}  [{dev}, {prof}]", fontsize=9)
     return save(fig, stem)
+
+
+def verdict(df: pd.DataFrame) -> Verdict:
+    """fst's step speedup at the paper's batch per model vs the paper's (RTX 3090), within 5%; the
+    worst model decides."""
+    t = compare(df)
+    col = "paper_fst_speedup (RTX 3090)"
+    if col not in t or "fst_speedup" not in t:
+        return Verdict("not comparable", "no row at the paper's batch sizes")
+    rows = t[t[col].notna()]
+    got = [ratio_verdict(float(a), float(b), 0.05, "") for a, b in zip(rows["fst_speedup"], rows[col], strict=True)]
+    if not got:
+        return Verdict("not comparable", "no row at the paper's batch sizes")
+    order = ("falls short", "not comparable", "exceeds", "reproduced")
+    status = min((g.status for g in got), key=order.index)
+    parts = [f"{m} N={b}: {g.caveat.split(';')[0]}" for m, b, g in zip(rows["model"], rows["batch"], got, strict=True)]
+    return Verdict(status, "; ".join(parts) + "; H100 vs RTX 3090, bf16 vs fp16; GEMM-level ceiling 1.02-1.09x")

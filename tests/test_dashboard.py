@@ -58,12 +58,19 @@ def test_pages_exist(site: Path) -> None:
     index = (site / "index.html").read_text(encoding="utf-8")
     assert "<table" in index and "snakemake table2" in index
     row = re.search(r"<tr><td>hu2024</td><td>table2</td>.*?</tr>", index).group(0)
-    assert "reproduced" in row and "NVIDIA H100 80GB HBM3 (full)" in row and "CPU (smoke)" in row
+    assert "NVIDIA H100 80GB HBM3 (full)" in row and "CPU (smoke)" in row
+    # the suite's verdict on the GPU run, with its caveat (paper value, tolerance, what differs)
+    status = re.search(r'class="badge [^"]*" title="[^"]*">([^<]*)<', row).group(1)
+    assert status in ("reproduced", "exceeds", "falls short", "not comparable")
+    assert "tolerance" in row and "RTX 3090" in row
     assert re.search(r"ratio: paper [0-9.]+x vs ours [0-9.]+x", row)
     row3 = re.search(r"<tr><td>hu2024</td><td>table3</td>.*?</tr>", index).group(0)
-    assert "partly" in row3  # suite exists, no rows in the fixture
+    assert "no GPU run" in row3  # suite exists, no rows in the fixture
     row1 = re.search(r"<tr><td>hu2024</td><td>table1</td>.*?</tr>", index).group(0)
     assert "not yet" in row1
+    row4 = re.search(r"<tr><td>hu2024</td><td>figure4</td>.*?</tr>", index).group(0)
+    assert "nothing to reproduce" in row4  # a diagram
+    assert re.search(r"<strong>\d+ of \d+ artifacts with numbers reproduced</strong>", index)
 
 
 def test_links_resolve_and_offline(site: Path) -> None:

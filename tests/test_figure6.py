@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+import torch
 
 from suites import figure6
 from suites._training_bench import fst_min_extra_bytes
@@ -112,3 +113,17 @@ def test_plot_draws_the_kernel_breakdown_panel(tmp_path):
         paths = figure6.plot(frame.assign(**meta), tmp_path / name)
         assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
     assert kbr.table(speed.assign(variant="")).empty
+
+
+def test_amp_dtype_option(monkeypatch):
+    """REPRO_AMP_DTYPE=fp16 runs the paper's precision; rows say which ran; a bad name is refused."""
+    from suites._training_bench import amp_dtype
+
+    monkeypatch.delenv("REPRO_AMP_DTYPE", raising=False)
+    assert amp_dtype() == torch.bfloat16 and figure6._dtype_label(torch.device("cuda")) == "bf16-amp"
+    monkeypatch.setenv("REPRO_AMP_DTYPE", "fp16")
+    assert amp_dtype() == torch.float16 and figure6._dtype_label(torch.device("cuda")) == "fp16-amp"
+    assert figure6._dtype_label(torch.device("cpu")) == "fp32"
+    monkeypatch.setenv("REPRO_AMP_DTYPE", "fp8")
+    with pytest.raises(ValueError, match="REPRO_AMP_DTYPE"):
+        amp_dtype()

@@ -1,0 +1,50 @@
+"""Statuses a reader can trust: an artifact is "reproduced" only where our GPU number matches the
+paper's within a stated tolerance; smoke rows are never a verdict; diagrams have nothing to
+reproduce; every suite gives a verdict with a caveat."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from repro.dashboard import _status
+from suites import SUITES, get_suite
+from suites._common import Verdict, ratio_verdict
+
+
+def test_ratio_verdict_within_above_below_and_missing():
+    assert ratio_verdict(1.45, 1.5, 0.05, "x").status == "reproduced"
+    assert ratio_verdict(2.0, 1.5, 0.05, "x").status == "exceeds"
+    assert ratio_verdict(1.0, 1.1, 0.05, "x").status == "falls short"
+    assert ratio_verdict(float("nan"), 1.1, 0.05, "x").status == "not comparable"
+    v = ratio_verdict(1.0, 1.1, 0.05, "H100 vs RTX 3090")
+    assert "1.1" in v.caveat and "H100" in v.caveat and "5%" in v.caveat
+    with pytest.raises(ValueError, match="status"):
+        Verdict("sort of", "")
+
+
+def _rows(device: str, profile: str) -> pd.DataFrame:
+    return pd.DataFrame({"device": [device], "profile": [profile], "gpu_name": ["x"]})
+
+
+def test_status_is_never_a_verdict_without_gpu_rows():
+    assert _status(None, None, "overview of fast (diagram)")[0] == "nothing to reproduce"
+    assert _status(None, None, "memory layout no numeric values (layout symbols only)")[0] == "nothing to reproduce"
+    assert _status(None, None, "glue scores")[0] == "not yet"
+    assert _status(_rows("cpu", "smoke"), get_suite("table2"))[0] == "no GPU run"
+
+
+class _Broken:
+    @staticmethod
+    def verdict(df):  # noqa: ANN001, ANN205
+        raise KeyError("x")
+
+
+def test_a_failing_verdict_says_so_instead_of_breaking_the_site():
+    status, caveat = _status(_rows("nvidia-h100", "full"), _Broken())
+    assert status == "not comparable" and "verdict failed" in caveat
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_every_suite_gives_a_verdict(suite):
+    assert callable(get_suite(suite).verdict)
