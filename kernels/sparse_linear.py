@@ -31,7 +31,7 @@ GEMM backend: on CUDA with cuSPARSELt, fp16/bf16 and shapes it accepts, every 2:
 problem and cached); elsewhere a dense fallback computes the same math with dense matmuls of the
 pruned / MVUE'd operands and warns once saying why (``backend``, ``fallback_reason``).
 
-CUDA graphs: with ``checks=False`` (or the module flag ``FAST_PATH = True``) nothing in the
+CUDA graphs: with ``checks=False`` nothing in the
 forward or backward syncs with the host: no value scans, the MVUE seed is an int64 device tensor
 (``mvue_seed``) that the kernel reads and that is incremented on the device after each use (every
 replay draws afresh), and the mask lives in a persistent buffer that ``after_optimizer_step``
@@ -73,7 +73,6 @@ from kernels.transposable import transposable_mask
 MODES = ("fst", "srste", "weight24", "dense")
 """Valid ``mode`` strings. (The "half" baseline, FFN width halved, is a model-level choice.)"""
 
-FAST_PATH: bool = False
 """When True every SparseLinear skips its value checks (as with ``checks=False``): for timed and
 CUDA-graph-captured runs."""
 
@@ -298,8 +297,8 @@ class SparseLinear(nn.Linear):
     from the weights after ``load_state_dict``), so checkpoints interchange with ``nn.Linear``.
 
     ``checks`` (default True) validates inputs and gradients (finite values, MVUE range) at the
-    cost of host syncs; pass False, or set ``kernels.sparse_linear.FAST_PATH = True``, for timed
-    or CUDA-graph-captured runs. ``use_cusparselt=False`` forces the dense fallback.
+    cost of host syncs; pass False for timed or CUDA-graph-captured runs (a per-layer choice: no
+    process-wide switch). ``use_cusparselt=False`` forces the dense fallback.
 
     The masked decay is added to the gradient in every backward: with k micro-batches of
     gradient accumulation per optimizer step it counts k times (pass ``decay / k``).
@@ -534,7 +533,7 @@ class SparseLinear(nn.Linear):
         return "dense" if self.fallback_reason else "cusparselt"
 
     def _checks(self) -> bool:
-        return self.checks and not FAST_PATH
+        return self.checks
 
     @torch.no_grad()
     def refresh_mask(self) -> None:
@@ -739,4 +738,4 @@ def _after_load_state_dict(module: nn.Module, incompatible_keys: object) -> None
         module.refresh_mask()
 
 
-__all__ = ["FAST_PATH", "MODES", "OUTPUT_LAYOUTS", "GradHandoff", "SparseLinear"]
+__all__ = ["MODES", "OUTPUT_LAYOUTS", "GradHandoff", "SparseLinear"]

@@ -16,7 +16,7 @@ import torch
 from repro.provenance import REPO, device_slug
 from repro.results import ResultSet
 from repro.roofline import Ceilings, gbps
-from repro.timing import Timing, time_fn_kept
+from repro.timing import CaptureState, Timing, time_fn_kept
 
 
 class CorrectnessError(AssertionError):
@@ -32,6 +32,7 @@ class RunContext:
     ceilings: Ceilings
     results: ResultSet
     started: float = field(default_factory=time.perf_counter)
+    capture: CaptureState = field(default_factory=CaptureState)  # this run's CUDA-graph fallback
     _copy_cache: dict[int, float] = field(default_factory=dict)
 
     def log(self, msg: str) -> None:
@@ -44,7 +45,7 @@ class RunContext:
         self, fn: Callable[[], object], graph: bool = True, **kw: float
     ) -> tuple[Timing, Callable[[], object]]:
         """The timing and the call it timed (a graph's replay), for a profile of that same call."""
-        return time_fn_kept(fn, self.device, graph=graph, **kw)
+        return time_fn_kept(fn, self.device, graph=graph, capture=self.capture, **kw)
 
     def time_checked(self, fn: Callable[[], Any], check: Callable[[Any], bool], what: str, **kw: Any) -> Timing:
         """Time ``fn``, then check what the timed call itself computes: every tensor of the output

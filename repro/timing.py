@@ -33,7 +33,6 @@ class Timing:
 FLUSHES = ("read", "write", "none")
 _FLUSH_BYTES = 256 * 2**20  # > 5x the L2 of an H100 / H200 (50 / 60 MB)
 _flush_buf: dict[torch.device, torch.Tensor] = {}
-_CAPTURE_BROKEN = False
 
 
 def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
@@ -150,21 +149,33 @@ def time_gpu(
     return time_gpu_kept(fn, warmup_ms, rep_ms, graph, flush)[0]
 
 
+@dataclass
+class CaptureState:
+    """Whether a CUDA-graph capture has failed for this owner (a suite run's ``RunContext`` holds
+    one): a failed capture can leave a process unable to capture again, so its owner times every
+    later call directly, and each row's ``timer`` says so. A call without an owner gets a fresh
+    state: no process-wide flag changes how unrelated numbers are timed."""
+
+    broken: bool = False
+
+
 def time_gpu_kept(
     fn: Callable[[], object],
     warmup_ms: float = 25.0,
     rep_ms: float = 100.0,
     graph: bool = True,
     flush: str = "read",
+    capture: CaptureState | None = None,
 ) -> tuple[Timing, Callable[[], object]]:
     """:func:`time_gpu`, and the call it timed: the captured graph's ``replay`` (which keeps the
     graph and its memory alive), or ``fn`` where it ran uncaptured. A profile of that call sees
     exactly the kernels that were timed (an eager call of ``fn`` can run other ones: at GPT-2 774M
-    the eager optimizer kernels took 9 ms more than the replayed ones)."""
-    global _CAPTURE_BROKEN
+    the eager optimizer kernels took 9 ms more than the replayed ones). ``capture``: the owner's
+    :class:`CaptureState` (a refused capture sets it, and later calls with it are not captured)."""
+    state = capture if capture is not None else CaptureState()
     fn()
     torch.cuda.synchronize()
-    if graph and not _CAPTURE_BROKEN:
+    if graph and not state.broken:
         try:
             g = capture_graph(fn)
         except torch.cuda.OutOfMemoryError:
@@ -175,8 +186,8 @@ def time_gpu_kept(
             raise
         except RuntimeError as e:  # the call syncs with the host or copies from it
             # a failed capture can leave the process unable to capture again (and its pool
-            # allocated): time everything after it directly, and say so
-            _CAPTURE_BROKEN = True
+            # allocated): the owner times everything after it directly, and says so
+            state.broken = True
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -206,9 +217,13 @@ def time_fn(fn: Callable[[], object], device: torch.device, graph: bool = True, 
 
 
 def time_fn_kept(
-    fn: Callable[[], object], device: torch.device, graph: bool = True, **kw: object
+    fn: Callable[[], object],
+    device: torch.device,
+    graph: bool = True,
+    capture: CaptureState | None = None,
+    **kw: object,
 ) -> tuple[Timing, Callable[[], object]]:
     """:func:`time_fn`, and the call it timed (:func:`time_gpu_kept`; ``fn`` itself on the CPU)."""
     if device.type == "cuda":
-        return time_gpu_kept(fn, graph=graph, **kw)
+        return time_gpu_kept(fn, graph=graph, capture=capture, **kw)
     return time_cpu(fn), fn

@@ -22,7 +22,6 @@ def test_out_of_memory_cause_walks_the_context_chain():
 def no_cuda_calls(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(timing, "_CAPTURE_BROKEN", False)
 
 
 def test_time_gpu_reraises_out_of_memory_and_keeps_capturing(monkeypatch, no_cuda_calls):
@@ -30,9 +29,10 @@ def test_time_gpu_reraises_out_of_memory_and_keeps_capturing(monkeypatch, no_cud
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     monkeypatch.setattr(timing, "capture_graph", capture)
+    state = timing.CaptureState()
     with pytest.raises(torch.cuda.OutOfMemoryError):
-        timing.time_gpu(lambda: None)
-    assert timing._CAPTURE_BROKEN is False  # later calls still get captured
+        timing.time_gpu_kept(lambda: None, capture=state)
+    assert state.broken is False  # later calls still get captured
 
 
 def test_time_gpu_falls_back_to_direct_timing_when_capture_is_refused(monkeypatch, no_cuda_calls):
@@ -41,9 +41,31 @@ def test_time_gpu_falls_back_to_direct_timing_when_capture_is_refused(monkeypatc
 
     monkeypatch.setattr(timing, "capture_graph", capture)
     monkeypatch.setattr(timing, "bench_events", lambda fn, *a, **k: 1.25)
-    t = timing.time_gpu(lambda: None)
+    state = timing.CaptureState()
+    t, _ = timing.time_gpu_kept(lambda: None, capture=state)
     assert (t.ms, t.timer) == (1.25, "cuda-events-readflush")
-    assert timing._CAPTURE_BROKEN is True
+    assert state.broken is True  # the owner's later calls are timed directly
+    monkeypatch.setattr(timing, "capture_graph", lambda fn: pytest.fail("captured after a refusal"))
+    t, _ = timing.time_gpu_kept(lambda: None, capture=state)
+    assert t.timer == "cuda-events-readflush"
+
+
+def test_no_process_wide_capture_flag(monkeypatch, no_cuda_calls):
+    """A refused capture changes only its owner's later timings, not another caller's."""
+
+    def refuse(fn):  # noqa: ANN001, ANN202
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    class Graph:
+        def replay(self) -> None:
+            pass
+
+    monkeypatch.setattr(timing, "bench_events", lambda fn, *a, **k: 1.0)
+    monkeypatch.setattr(timing, "capture_graph", refuse)
+    timing.time_gpu(lambda: None)  # refused: a fresh state, dropped
+    monkeypatch.setattr(timing, "capture_graph", lambda fn: Graph())
+    assert timing.time_gpu(lambda: None).timer == "cuda-graph-events-readflush"
+    assert not hasattr(timing, "_CAPTURE_BROKEN")
 
 
 def test_time_gpu_kept_returns_the_call_it_timed(monkeypatch, no_cuda_calls):
