@@ -48,7 +48,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import FLOAT_DTYPES, cdiv, check_divisible, check_same_device, check_tensor, use_triton
+from kernels._common import FLOAT_DTYPES, cdiv, check_divisible, check_int, check_same_device, check_tensor, use_triton
 from kernels._triton_utils import cast_out
 
 GROUP = 4
@@ -245,11 +245,9 @@ def _norm_dim(x: torch.Tensor, dim: object) -> int:
 
 
 def _check_seed(seed: object) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    if not 0 <= seed < 2**63:
-        raise ValueError(f"seed must lie in [0, 2**63), got {seed}")
-    return seed
+    """An int in [0, 2**63): MVUE seeds are int64 device tensors (flex seeds stay int32 kernel
+    arguments, hence their smaller range); the shared ``check_int`` names the argument."""
+    return check_int("seed", seed, lo=0, hi=2**63 - 1)
 
 
 def _validate(x: object, dim: object) -> tuple[torch.Tensor, int, float]:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch import nn
 
+from repro.checks import rel_err
 from repro.models.gpt2 import GPT2Config
 
 SPARSE_MODES = ("fst", "weight24", "srste")
@@ -153,13 +154,6 @@ def masked_dense_twin(module: nn.Module, build_dense: Callable[[], nn.Module]) -
             state[f"{name}.weight" if name else "weight"] = m.weight.float() * m.mask  # "" = module itself
     ref.load_state_dict(state, strict=True)
     return ref
-
-
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.detach().double(), b.detach().double()
-    if not torch.isfinite(a).all():
-        return float("inf")
-    return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
 def check_against_twin(

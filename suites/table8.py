@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.transposable import transposable_mask
+from repro.checks import rel_err
 from repro.models.gpt2 import CONFIGS, GPT2Config, build_gpt2
 from repro.paper import load_paper
 from repro.plots import grouped_bars, new_figure, save
@@ -52,7 +53,6 @@ from suites._training_bench import (
     masked_dense_twin,
     mode_config,
     range_label,
-    rel_err,
     round_summary,
     sparse_layers,
 )

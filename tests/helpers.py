@@ -6,20 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
+from repro.checks import rel_err
 
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| in float64; NaN/Inf anywhere gives +inf so it can never pass."""
-    o = out.detach().double().cpu()
-    r = ref.detach().double().cpu()
-    if o.shape != r.shape:
-        raise AssertionError(f"shape mismatch {tuple(o.shape)} vs {tuple(r.shape)}")
-    if not torch.isfinite(o).all() or not torch.isfinite(r).all():
-        return float("inf")
-    denom = r.norm().item()
-    num = (o - r).norm().item()
-    if denom == 0.0:
-        return num
-    return num / denom
+__all__ = ["assert_close_rel", "rel_err"]
 
 
 def assert_close_rel(out: torch.Tensor, ref: torch.Tensor, tol: float) -> None:
