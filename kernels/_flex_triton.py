@@ -283,7 +283,7 @@ def has_fast_kernel(pattern: Pattern) -> bool:
     return False
 
 
-# launch tunables (elements per program, warps), from scripts/gpu_sweep_flex.py on an H100 at a
+# launch tunables (elements per program, warps), from scripts/probes/gpu_sweep_flex.py on an H100 at a
 # 13824x5120 bf16 weight (results/tuning/h100_sweep_flex.txt): 2:4 98%, Vegeta(4) 53%, Vegeta(8)
 # 57% of the copy bandwidth (TBS(8) 98% with the former wrapped-diagonal selection; with two
 # swap sweeps the kernel is compute-bound, about 8%: docs/methods.md). Group size m <= 4 wants
@@ -292,7 +292,7 @@ GROUPS_ELEMS, GROUPS_WARPS = 1024, 4
 # TBS(x >= 8) (``_flex_tbs_kernel``): a tile takes x / 8 lanes (all x rows, 8 columns each), so
 # CIRCULANT_ELEMS is the |w| budget of a program at x = 8 (x / 8 times more at larger x: the same
 # per lane); keep CIRCULANT_ELEMS / 64 >= 32 * CIRCULANT_WARPS, or lanes hold copies of tiles.
-# (The name stays from the wrapped-diagonal kernel; scripts/gpu_probe_tbs_select.py tunes it.)
+# (The name stays from the wrapped-diagonal kernel; scripts/probes/gpu_probe_tbs_select.py tunes it.)
 CIRCULANT_ELEMS, CIRCULANT_WARPS = 8192, 4
 
 

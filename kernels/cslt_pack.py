@@ -6,7 +6,7 @@ optimizer step, the MVUE'd output gradient every backward), so it is packed ever
 and made 2:4 FFN training steps slower than dense (results/tuning/h100_probe_compress.txt).
 
 The layout (cuSPARSELt 0.8 through torch 2.11, 16-bit types, a row-major operand A [m, k], 2:4
-along k; read off ``_cslt_compress`` outputs with ``scripts/gpu_probe_cslt_layout.py``):
+along k; read off ``_cslt_compress`` outputs with ``scripts/probes/gpu_probe_cslt_layout.py``):
 
 * values: the two kept entries of every group of 4, row-major, ``m x k/2`` elements;
 * then metadata, 4 bits per group: ``code = i0 | i1 << 2`` (positions ``i0 < i1`` of the kept

@@ -197,7 +197,7 @@ class TBS(Pattern):
 # former rule) 75-85%. The sweeps are the fused kernel's cost: on an H100, TBS(8) on a 13824x5120
 # bf16 weight takes 0.080 / 0.461 / 0.959 / 1.352 ms at 0 / 1 / 2 / 3 sweeps (88% / 15% / 7% / 5%
 # of the copy bandwidth; the wrapped diagonals alone took 0.072 ms), since every round compares
-# every entry a few times in both starts (scripts/gpu_probe_tbs_select.py). Two sweeps: the
+# every entry a few times in both starts (scripts/probes/gpu_probe_tbs_select.py). Two sweeps: the
 # quality the tests require. A constexpr of the kernel (one compiled variant per value).
 SWEEPS = 2
 

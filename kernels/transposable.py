@@ -203,7 +203,7 @@ def _exhaustive_triton(w: torch.Tensor, out: torch.Tensor | None = None) -> torc
 def _config(r: int, c: int, elem: int) -> tuple[int, int, int]:
     """(tile rows, tile columns, warps) per program.
 
-    From the H100 sweep in results/tuning/h100_sweep_1.csv (scripts/gpu_sweep.py): one tile row
+    From the H100 sweep in results/tuning/h100_sweep_1.csv (scripts/probes/gpu_sweep.py): one tile row
     of 128 tiles (512 columns) per program was best on average over the Table 2 shapes for both
     dtypes, with 2 warps for 16-bit and 4 warps for 32-bit weights. Narrow weights get a block
     no wider than their row.

@@ -1,6 +1,6 @@
 """GPU debug (device tool): where the fused MVUE pack and MVUE-then-pack disagree (seen at
-8192x8192, x column-major, in scripts/gpu_probe_pack_kernels.py).
-    usage: PYTHONPATH=. python3 scripts/gpu_debug_mvue_square.py"""
+8192x8192, x column-major, in scripts/probes/gpu_probe_pack_kernels.py).
+    usage: PYTHONPATH=. python3 scripts/probes/gpu_debug_mvue_square.py"""
 
 from __future__ import annotations
 

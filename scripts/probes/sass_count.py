@@ -2,7 +2,7 @@
 nvdisasm that ship with Triton): instructions per element, by opcode, to see where an
 ALU-bound kernel spends its issue slots before spending device time on it.
 
-    python3 scripts/sass_count.py [--dump KERNEL]
+    python3 scripts/probes/sass_count.py [--dump KERNEL]
 """
 
 from __future__ import annotations

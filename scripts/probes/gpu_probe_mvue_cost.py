@@ -2,7 +2,7 @@
 of the kernel with one piece removed or cheapened (outputs not valid, timing only): no Philox
 (u = 0.5), Philox with 7 rounds, no metadata words, no activation (dH = G), no MVUE (first two
 kept). Shape: the fst FFN's dH at d = 2048, N = 4 ([8192, 8192], column-major).
-    usage: PYTHONPATH=. python3 scripts/gpu_probe_mvue_cost.py"""
+    usage: PYTHONPATH=. python3 scripts/probes/gpu_probe_mvue_cost.py"""
 
 # ruff: noqa: B023 (each closure is timed before the loop moves on)
 from __future__ import annotations

@@ -4,7 +4,7 @@ bf16). For each shape: SDPA fwd+bwd alone per backend (checked against the float
 then figure6's block measurement (dense, fst, half, GEMM-level ceiling) with each backend first in
 priority. Last, whether cuDNN's backward stays right when the layout of dO changes between two
 calls with the same q/k/v/O layouts (torch 2.11 + cuDNN 9.19 on an H100: it does not).
-    usage: PYTHONPATH=. python3 scripts/gpu_probe_attention.py [d:n:N ...]   (default below)"""
+    usage: PYTHONPATH=. python3 scripts/probes/gpu_probe_attention.py [d:n:N ...]   (default below)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from scripts.gpu_probe_ffn import _Ctx
+from scripts.probes.gpu_probe_ffn import _Ctx
 from suites import figure6
 
 BACKENDS = {

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from kernels.mvue import mvue24_seed_tensor  # noqa: E402
 from kernels.sparse_gemm import cslt_mm_packed, pack_mvue_t_operand, pack_pair_operands, refresh_pair_operands  # noqa: E402
 from kernels.transposable import transposable_mask  # noqa: E402

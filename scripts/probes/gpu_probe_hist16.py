@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from repro.models.llama import CONFIGS, block_linear_shapes  # noqa: E402
 from repro.roofline import measure_ceilings  # noqa: E402
 from repro.timing import time_gpu  # noqa: E402

@@ -1,7 +1,7 @@
 """GPU probe (device tool): the kernels of one eager fwd + bwd of figure6's FFN (dense and fst),
 as ``repro.kernel_profile`` records and categorizes them, beside the graph-replay time: checks
 that the profiler sees every kernel and that the categories catch them.
-    usage: PYTHONPATH=. python3 scripts/gpu_probe_kernel_profile.py [d:N ...]   (default 2048:4)"""
+    usage: PYTHONPATH=. python3 scripts/probes/gpu_probe_kernel_profile.py [d:N ...]   (default 2048:4)"""
 
 from __future__ import annotations
 

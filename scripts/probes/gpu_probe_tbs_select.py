@@ -11,7 +11,7 @@ plain-PyTorch reference (``flex_mask_reference``), and every other launch settin
 mask at the same SWEEPS. Prints ms, GB/s (bytes = weight read + bool mask written) and % of the
 measured device-to-device copy bandwidth (``repro.roofline.measure_ceilings``).
 
-    python scripts/gpu_probe_tbs_select.py [--quick] [--shapes 13824x5120,...] [--x 8,16] [--sweeps 0,1,2,3]
+    python scripts/probes/gpu_probe_tbs_select.py [--quick] [--shapes 13824x5120,...] [--x 8,16] [--sweeps 0,1,2,3]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import kernels._flex_triton as ft  # noqa: E402
 from kernels.flex import flex_mask_reference, tie_share  # noqa: E402
 from kernels.patterns import SWEEPS, TBS  # noqa: E402

@@ -4,7 +4,7 @@ Runs one fst FFN fwd+bwd (figure6 shapes) and records every 2:4 GEMM it issues (
 dense operand, layout). For each, prints what ``mm_search`` returns (alg_id, split_k, split_k_mode,
 max alg_id) and times, by CUDA-graph replay (median, L2 flushed), every alg_id with split_k = 1
 and with the searched split_k, next to the dense ``torch.mm`` of the same problem.
-    usage: PYTHONPATH=. python3 scripts/gpu_probe_cslt_algs.py [d:N ...]"""
+    usage: PYTHONPATH=. python3 scripts/probes/gpu_probe_cslt_algs.py [d:N ...]"""
 
 # ruff: noqa: B023 (each lambda is timed before the loop moves on)
 from __future__ import annotations

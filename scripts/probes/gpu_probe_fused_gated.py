@@ -3,7 +3,7 @@ fst FFN's fc output gradient) against the two passes it replaces (``kernels.gegl
 then ``cslt_pack_mvue_t``), tiles swept and bit-checked against the default launch; then a GEGLU
 GPT-2 FFN (fc: d -> 2 * 4d, proj: 4d -> d) fwd + bwd: dense, fst with the fused backward, and fst
 with the unfused one, checked against the masked dense twin first, 3 interleaved rounds.
-    usage: PYTHONPATH=. python3 scripts/gpu_probe_fused_gated.py [d:N ...]   (default 2048:4 4096:4)"""
+    usage: PYTHONPATH=. python3 scripts/probes/gpu_probe_fused_gated.py [d:N ...]   (default 2048:4 4096:4)"""
 
 # ruff: noqa: B023 (each lambda is timed before the loop moves on)
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """GPU probe (device tool): figure6's FFN measurement and breakdown at a few shapes, to check the
 fst FFN (column-major inner activation, fused bias, mixed precision) before a full campaign.
-    usage: python3 scripts/gpu_probe_ffn.py [d:N | block:d:n:N ...]   (default 2048:4 4096:4 4096:8 1280:4)
+    usage: python3 scripts/probes/gpu_probe_ffn.py [d:N | block:d:n:N ...]   (default 2048:4 4096:4 4096:8 1280:4)
 An argument ``block:d:n:N`` measures one transformer block (fst and half) instead."""
 
 from __future__ import annotations

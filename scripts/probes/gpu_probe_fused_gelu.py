@@ -2,7 +2,7 @@
 against the two passes it replaces (torch's GELU backward, then ``cslt_pack_mvue_t``), at figure6
 shapes; tile width and warps swept, each variant bit-checked against the default launch before
 its time counts. Then figure6's FFN measurement (dense, fst, GEMM-level ceiling) at a few shapes.
-    usage: PYTHONPATH=. python3 scripts/gpu_probe_fused_gelu.py [d:N ...]"""
+    usage: PYTHONPATH=. python3 scripts/probes/gpu_probe_fused_gelu.py [d:N ...]"""
 
 # ruff: noqa: B023 (each lambda is timed before the loop moves on)
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _sweep() -> None:
 
 def ffn(shapes) -> None:
     sys.argv = sys.argv[:1]
-    from scripts.gpu_probe_ffn import _Ctx
+    from scripts.probes.gpu_probe_ffn import _Ctx
     from suites import figure6
 
     ctx = _Ctx()

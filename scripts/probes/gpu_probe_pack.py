@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from kernels.cslt_pack import cslt_pack, cslt_pack_mvue_t, cslt_pack_pair, layout_matches  # noqa: E402
 from kernels.mvue import mvue24_seed_tensor  # noqa: E402
 from kernels.transposable import transposable_mask  # noqa: E402

@@ -4,7 +4,7 @@ uniforms joined from one Philox call per 4 groups (production) or selected per g
 same call (no join / reshape of the uniforms; 4x the Philox work); metadata words by sums over
 reshaped axes (production) or by splits of a permuted code tile; tile widths and warps.
 Shape: the fst FFN's dH at d = 2048, N = 4 ([8192, 8192], column-major).
-    usage: PYTHONPATH=. python3 scripts/gpu_probe_mvue_variants.py"""
+    usage: PYTHONPATH=. python3 scripts/probes/gpu_probe_mvue_variants.py"""
 
 # ruff: noqa: B023 (each closure is timed before the loop moves on)
 from __future__ import annotations

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import kernels._flex_triton as ft  # noqa: E402
 from kernels.flex import tie_share  # noqa: E402
 from kernels.patterns import parse_pattern  # noqa: E402

@@ -1,7 +1,7 @@
 """Tuning sweep on a GPU (not part of the suites): block shapes of the transposable-mask and
 GEGLU kernels, plus a cuSPARSELt plumbing check. Writes a CSV to $OUT (or ./sweep_out).
 
-    python scripts/gpu_sweep.py
+    python scripts/probes/gpu_sweep.py
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 import triton.testing
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kernels._transposable_triton import transposable24_kernel  # noqa: E402
 from kernels.transposable import (  # noqa: E402

@@ -3,7 +3,7 @@ table8 runs it (build on the device, first forward, loss check against the float
 step, side-stream warm-up, CUDA-graph capture, replay). Prints allocated / reserved / peak at each
 phase and, on an out-of-memory error, the reserved memory and the error's first line: how much of
 the GPU the caching allocator holds but does not use. Run it once per allocator setting:
-    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONPATH=. python3 scripts/gpu_probe_step_memory.py \
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONPATH=. python3 scripts/probes/gpu_probe_step_memory.py \
         gpt2-774m:dense:16 gpt2-774m:fst:15 ..."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 import torch
 
 from repro.models.gpt2 import CONFIGS
-from scripts.gpu_probe_max_batch import _Quiet
+from scripts.probes.gpu_probe_max_batch import _Quiet
 from suites import table8
 
 GIB = 2**30

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from kernels.transposable import transposable_mask  # noqa: E402
 from repro.timing import time_gpu  # noqa: E402
 

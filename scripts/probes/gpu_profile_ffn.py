@@ -1,6 +1,6 @@
 """GPU profile (device tool): kernel-level device times of one fst and one dense FFN fwd+bwd
 (figure6's modules, mixed precision), to see where the fst FFN's non-GEMM time goes.
-    usage: python3 scripts/gpu_profile_ffn.py [d] [N]   (default 2048 4)"""
+    usage: python3 scripts/probes/gpu_profile_ffn.py [d] [N]   (default 2048 4)"""
 
 from __future__ import annotations
 

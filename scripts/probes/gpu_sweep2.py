@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 import triton
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from kernels._transposable_triton import transposable24_kernel  # noqa: E402
 from kernels.geglu import _GELU_TANH, _fwd_flat_kernel  # noqa: E402
 from repro.timing import time_gpu  # noqa: E402

@@ -7,7 +7,7 @@ Every attempt runs in a fresh process: an attempt that ran out of memory cannot 
 behind for the next, and the answer does not depend on the order of the attempts (an earlier
 version tried them all in one process and found 774M's largest batch at 12 where a fresh process
 fits 20).
-    usage: PYTHONPATH=. python3 scripts/gpu_probe_max_batch.py [model[:first batch] ...]"""
+    usage: PYTHONPATH=. python3 scripts/probes/gpu_probe_max_batch.py [model[:first batch] ...]"""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from kernels.flex import FlexMasker  # noqa: E402
 from kernels.flex_torch import TorchFlexMasker  # noqa: E402
 from kernels.patterns import parse_pattern  # noqa: E402

@@ -8,7 +8,7 @@ variant checked bit for bit against the reference path before its time counts.
 
 GB/s counts the bytes each job must move at least (reads of its inputs, writes of its outputs).
 Earlier outputs (with kernels since removed): results/tuning/h100_probe_pack_kernels_*.txt.
-    usage: PYTHONPATH=. python3 scripts/gpu_probe_pack_kernels.py [pair] [mvue]"""
+    usage: PYTHONPATH=. python3 scripts/probes/gpu_probe_pack_kernels.py [pair] [mvue]"""
 
 from __future__ import annotations
 

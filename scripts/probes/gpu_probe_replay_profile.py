@@ -5,7 +5,7 @@ eager step; at GPT-2 774M N=23 its dense kernels summed to 15.6 ms more than the
 For each model: the eager kernel sum, the replay's kernel sum, the replay time (CUDA events), and
 per category the difference replay - eager.
 
-usage: python3 scripts/gpu_probe_replay_profile.py [model:batch ...]   (default gpt2-124m:16 gpt2-774m:23)"""
+usage: python3 scripts/probes/gpu_probe_replay_profile.py [model:batch ...]   (default gpt2-124m:16 gpt2-774m:23)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from repro.kernel_profile import ORDER, by_category, kernel_times  # noqa: E402
 from repro.models.gpt2 import CONFIGS  # noqa: E402
 from repro.timing import bench_events, capture_graph, release_memory  # noqa: E402
