@@ -72,8 +72,8 @@ CHECKS = (
 
 # the paper's batch, and the largest batch whose step fits on an 80 GB H100 for every mode the way
 # this suite runs it (check, eager step, graph capture, a profiled replay): found by
-# scripts/probes/gpu_probe_max_batch.py (results/tuning/h100_probe_max_batch.txt); on a GPU with less memory a mode that does not fit is
-# left out of that row, and logged
+# scripts/probes/gpu_probe_max_batch.py (results/tuning/h100_probe_max_batch.txt); on a GPU with
+# less memory a mode that does not fit is left out of that row, and logged
 FULL = {"gpt2-124m": (16, 60), "gpt2-350m": (16, 35), "gpt2-774m": (5, 23)}
 SMOKE_CFG = GPT2Config(d_model=64, n_layer=2, n_head=4, vocab_size=256, seq_len=32)
 SMOKE = {"smoke-tiny": (2,)}
