@@ -298,6 +298,13 @@ def _kernels_page(frames: dict[str, pd.DataFrame], results_dir: Path, out: Path)
             body.append(f"<h2>{_e(label)} ({_e(dev)}, {_e(prof)} profile)</h2>")
             if prof != "full" or not _is_gpu(dev):
                 body.append('<p class="smoke">smoke profile: not a performance claim.</p>')
+            fig = _roofline_figure(part, out / "figures" / f"kernels_{dev}_{prof}")
+            if fig is not None:
+                body.append(
+                    f'<figure><img src="figures/{_e(fig.name)}" alt="% of copy bandwidth per kernel and shape, '
+                    f"{_e(dev)}\"><figcaption>each kernel's % of the measured copy bandwidth, per shape "
+                    "(100% = the roofline of a memory-bound kernel)</figcaption></figure>"
+                )
             cols = ["suite", "method", "variant", "shape", "dtype", "metric", "value", "unit", "verified"]
             body.append(_table(part[cols].reset_index(drop=True), scroll=True))
             body.append("</section>")
@@ -307,6 +314,30 @@ def _kernels_page(frames: dict[str, pd.DataFrame], results_dir: Path, out: Path)
     body.append("<h2>Saved pytest-benchmark runs</h2>")
     body.append(_table(bench) if not bench.empty else "<p><em>none saved under results/benchmarks/</em></p>")
     (out / "kernels.html").write_text(_page("Kernels: bandwidth vs roofline", "\n".join(body)), encoding="utf-8")
+
+
+def _roofline_figure(part: pd.DataFrame, stem: Path) -> Path | None:
+    """One panel per suite: % of copy bandwidth (``pct_of_copy``) per shape (and variant, e.g. a
+    pattern), a bar per method, with the 100% roofline; the PNG path, or None without such rows."""
+    from repro.plots import grouped_bars, new_figure, save
+
+    rows = part[part["metric"] == "pct_of_copy"].copy()
+    if rows.empty:
+        return None
+    rows["series"] = rows["method"]
+    variant = rows["variant"].fillna("").map(lambda v: f" {v}" if v else "")
+    rows["group"] = rows["shape"] + variant + " " + rows["dtype"]
+    suites = sorted(rows["suite"].unique())
+    fig, axes = new_figure(ncols=1, width=max(8.0, 0.35 * rows["group"].nunique() * 2), height=3.6, nrows=len(suites))
+    for ax, suite in zip(axes, suites, strict=True):
+        sub = rows[rows["suite"] == suite]
+        groups = list(dict.fromkeys(sub["group"]))
+        table = sub.pivot_table(index="group", columns="series", values="value", aggfunc="first").reindex(groups)
+        series = {c: list(table[c]) for c in table.columns}
+        grouped_bars(ax, groups, series, ylabel="% of copy bandwidth", title=suite)
+        ax.axhline(100.0, color="black", lw=0.8, ls="--")
+        ax.legend(fontsize=6, loc="upper left", ncol=4)
+    return save(fig, stem)[0]
 
 
 def _check_out(out: Path) -> None:

@@ -250,3 +250,12 @@ def test_copy_figures_refuses_bad_device(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="device"):
             _copy_figures(FIXTURE / "figures", tmp_path / "site", bad, "table2")
     assert not any(tmp_path.iterdir())
+
+
+def test_kernels_page_draws_the_rooflines(site: Path) -> None:
+    """Each run's kernels are drawn against the copy roofline, not only tabulated."""
+    page = (site / "kernels.html").read_text(encoding="utf-8")
+    imgs = re.findall(r'<img src="(figures/kernels_[^"]+\.png)"', page)
+    assert imgs, "no roofline figure on the kernels page"
+    for src in imgs:
+        assert (site / src).stat().st_size > 1000
