@@ -60,7 +60,9 @@ def staleness(suite: str, commit: str) -> Staleness:
     if not sha or sha == "unknown" or not git("rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}"):
         return Staleness(commit, "", False)
     paths = list(number_sources(suite))
-    newer = git("log", "-1", "--format=%h", f"{sha}..HEAD", "--", *paths)
+    # the net change, not every commit in between: a change and its revert leave results fresh
+    changed = [p for p in git("diff", "--name-only", sha, "HEAD", "--", *paths).splitlines() if p]
+    newer = git("log", "-1", "--format=%h", f"{sha}..HEAD", "--", *changed) if changed else ""
     return Staleness(commit, newer, True)
 
 

@@ -101,3 +101,16 @@ def test_staleness_names_the_commit_that_changed_the_code():
         pytest.skip("needs the git history of suites/table3.py")
     s = staleness("table3", first)
     assert s.stale and s.changed_by and "STALE" in s.sentence()
+
+
+def test_a_change_and_its_revert_leave_results_fresh():
+    """f618e97 edited suites/table8.py and af4b021 reverted it: rows measured at 8521e84 (before
+    both) stay fresh, since staleness looks at the net change of the code behind the numbers."""
+    from repro.provenance import git
+
+    sha = "8521e848d226f194a391ad015a57601ea78dfe69"
+    if not git("rev-parse", "--verify", "--quiet", "af4b021^{commit}"):
+        pytest.skip("needs this repository's history")
+    if git("diff", "--name-only", sha, "HEAD", "--", *number_sources("table8")):
+        pytest.skip("the code behind table8 changed since 8521e84: nothing to test here")
+    assert not staleness("table8", sha).stale
