@@ -16,15 +16,20 @@ REPO = Path(__file__).resolve().parent.parent
 COPY = ["Snakefile", "workflow", "profiles", "kernels", "repro", "suites"]
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    work = tmp_path_factory.mktemp("wf")
+def _copy_repo(work: Path) -> None:
+    """The parts of the repository a workflow run needs, copied into ``work``."""
     for name in COPY:
         src = REPO / name
         if src.is_dir():
             shutil.copytree(src, work / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy(src, work / name)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("wf")
+    _copy_repo(work)
     env = {**os.environ, "PYTHONPATH": str(work), "CUDA_VISIBLE_DEVICES": ""}
     env.pop("REPRO_RESULTS_DIR", None)
     env.pop("TRITON_INTERPRET", None)  # the CLI decides per suite, as for a user
@@ -109,12 +114,7 @@ def test_touching_model_code_reruns_the_training_suites_only(tmp_path):
     repro/models/gpt2.py or suites/_training_bench.py plans figure6 and table8 again, not table3."""
     work = tmp_path / "wf"
     work.mkdir()
-    for name in COPY:
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, work / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(src, work / name)
+    _copy_repo(work)
     stamps = work / ".snakemake-runs" / "cpu" / "smoke"
     stamps.mkdir(parents=True)
     suites = ["figure6", "table8", "table3"]
