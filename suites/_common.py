@@ -67,3 +67,16 @@ def ratio_verdict(ours: float, paper: float, tol: float, caveat: str) -> Verdict
     status = "reproduced" if abs(rel) <= tol else ("exceeds" if rel > 0 else "falls short")
     said = f"ours {ours:.3g} vs paper {paper:.3g} ({rel:+.0%}, tolerance {tol:.0%})"
     return Verdict(status, f"{said}; {caveat}" if caveat else said)
+
+
+def worst(verdicts: list[Verdict]) -> str:
+    """The status that decides for several comparisons: falls short, then not comparable, then
+    exceeds, then reproduced (an artifact is reproduced only where every part is)."""
+    order = ("falls short", "not comparable", "exceeds", "reproduced")
+    return min((v.status for v in verdicts), key=order.index)
+
+
+def precision_caveat(df: pd.DataFrame) -> str:
+    """What the paper ran (fp16 mixed precision) beside what these rows ran (their dtype label)."""
+    ran = sorted({str(d).split("-")[0] for d in df["dtype"].dropna() if str(d).startswith(("bf16", "fp16"))})
+    return f"{'/'.join(ran) or 'unknown'} vs the paper's fp16"

@@ -41,7 +41,7 @@ from repro.plots import grouped_bars, new_figure, save
 from repro.suite import RunContext
 from repro.timing import release_memory
 from suites import _kernel_breakdown as kernel_breakdown_rows
-from suites._common import Verdict, ratio_verdict
+from suites._common import Verdict, precision_caveat, ratio_verdict, worst
 from suites._training_bench import (
     CEILING,
     DW_TOL,
@@ -419,7 +419,9 @@ def verdict(df: pd.DataFrame) -> Verdict:
     got = [ratio_verdict(float(a), float(b), 0.05, "") for a, b in zip(rows["fst_speedup"], rows[col], strict=True)]
     if not got:
         return Verdict("not comparable", "no row at the paper's batch sizes")
-    order = ("falls short", "not comparable", "exceeds", "reproduced")
-    status = min((g.status for g in got), key=order.index)
     parts = [f"{m} N={b}: {g.caveat.split(';')[0]}" for m, b, g in zip(rows["model"], rows["batch"], got, strict=True)]
-    return Verdict(status, "; ".join(parts) + "; H100 vs RTX 3090, bf16 vs fp16; GEMM-level ceiling 1.02-1.09x")
+    ceil = t["fst_gemm_ceiling"].dropna() if "fst_gemm_ceiling" in t else pd.Series(dtype=float)
+    ceiling = f"; GEMM-level ceiling {ceil.min():.2f}-{ceil.max():.2f}x" if not ceil.empty else ""
+    gpu = df["gpu_name"].iloc[0] if "gpu_name" in df and len(df) else "this GPU"
+    why = f"; {gpu} vs RTX 3090, {precision_caveat(df)}{ceiling}"
+    return Verdict(worst(got), "; ".join(parts) + why)

@@ -48,3 +48,29 @@ def test_a_failing_verdict_says_so_instead_of_breaking_the_site():
 @pytest.mark.parametrize("suite", SUITES)
 def test_every_suite_gives_a_verdict(suite):
     assert callable(get_suite(suite).verdict)
+
+
+def test_worst_and_precision_caveat():
+    from suites._common import precision_caveat, worst
+
+    v = [ratio_verdict(1.0, 1.0, 0.05, ""), ratio_verdict(2.0, 1.0, 0.05, "")]
+    assert worst(v) == "exceeds"
+    assert worst([*v, ratio_verdict(0.5, 1.0, 0.05, "")]) == "falls short"
+    assert precision_caveat(pd.DataFrame({"dtype": ["bf16-amp", "bf16"]})) == "bf16 vs the paper's fp16"
+    assert precision_caveat(pd.DataFrame({"dtype": ["fp16-amp"]})) == "fp16 vs the paper's fp16"
+
+
+def test_table8_verdict_states_measured_ceiling_and_dtype():
+    """The caveat is computed from the rows (ceiling range, GPU, dtype), never typed in."""
+    rows = []
+    for model, batch, fst, ceil in (("gpt2-124m", 16, 1.0, 1.02), ("gpt2-350m", 16, 1.06, 1.08)):
+        shape = f"{model}/N={batch}/seq=1024"
+        rows += [
+            {"shape": shape, "method": "fst", "metric": "speedup_vs_dense", "value": fst},
+            {"shape": shape, "method": "fst", "metric": "gemm_ceiling_speedup", "value": ceil},
+            {"shape": shape, "method": "dense", "metric": "step_time_amortized", "value": 50.0},
+        ]
+    df = pd.DataFrame(rows).assign(dtype="fp16", gpu_name="Some GPU")
+    v = get_suite("table8").verdict(df)
+    assert v.status == "falls short"
+    assert "1.02-1.08x" in v.caveat and "Some GPU" in v.caveat and "fp16 vs the paper's fp16" in v.caveat
