@@ -20,7 +20,7 @@ from importlib import resources
 
 import pandas as pd
 
-__all__ = ["PAPER_COLUMNS", "INDEX_COLUMNS", "load_paper", "paper_index"]
+__all__ = ["CLAIM_COLUMNS", "INDEX_COLUMNS", "PAPER_COLUMNS", "claim_holds", "load_claims", "load_paper", "paper_index"]
 
 PAPER_COLUMNS: tuple[str, ...] = (
     "paper",
@@ -97,3 +97,40 @@ def load_paper(artifact: str | None = None, paper: str | None = None) -> pd.Data
             raise ValueError(f"artifact {artifact!r}{scope} {why}; known artifacts with values: {', '.join(known)}")
         df = df[df["artifact"] == artifact]
     return df.reset_index(drop=True).copy()
+
+
+CLAIM_COLUMNS: tuple[str, ...] = (
+    "artifact",
+    "claim",
+    "source",
+    "statement",
+    "metric",
+    "relation",
+    "threshold",
+    "why_threshold",
+)
+RELATIONS = {">": float.__gt__, "<": float.__lt__, "==": float.__eq__}
+
+
+def load_claims(paper: str, artifact: str) -> pd.DataFrame:
+    """The qualitative claims a paper makes about a figure that prints no numbers
+    (``<paper>_claims.csv``), each as a testable statement: ``metric relation threshold``, with
+    the reason for the threshold (the paper's words rarely give one). ``threshold`` is float."""
+    df = _read_csv(f"{paper}_claims.csv")
+    if tuple(df.columns) != CLAIM_COLUMNS:
+        raise ValueError(f"{paper}_claims.csv: columns {list(df.columns)} != {list(CLAIM_COLUMNS)}")
+    bad = sorted(set(df["relation"]) - set(RELATIONS))
+    if bad:
+        raise ValueError(f"{paper}_claims.csv: unknown relations {bad}; known: {sorted(RELATIONS)}")
+    df = df[df["artifact"] == artifact].reset_index(drop=True)
+    if df.empty:
+        raise ValueError(f"no claims stored for {paper} {artifact}")
+    df["threshold"] = df["threshold"].astype(float)
+    return df
+
+
+def claim_holds(relation: str, ours: float, threshold: float) -> bool | None:
+    """Whether ``ours relation threshold`` holds; None where ours is NaN (not measured)."""
+    if ours != ours:  # NaN
+        return None
+    return bool(RELATIONS[relation](float(ours), float(threshold)))

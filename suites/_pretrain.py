@@ -1,0 +1,318 @@
+"""The pretraining runs behind Hu et al.'s training-dynamics artifacts (Figs. 1, 2, 3, 10; Tables 1,
+5, 7), shared by their suites: one plan of named runs per profile, each a :class:`TrainConfig`;
+``ensure`` trains what is missing (a finished run is read, never re-trained) and turns each run
+into rows; curves are read back from the run directories for the figures.
+
+Scale (``full``, one H100): GPT-2 124M for the headline comparisons (Table 5, Fig. 10, Table 1's
+test) and a 6-layer d=384 GPT-2 for the sweeps (Figs. 1, 2, 3, Table 7), one pass over the offline
+corpus's training split or less (never several epochs), validation loss on its held-out split.
+The paper trains on OpenWebText for billions of tokens (nanoGPT: 491,520 tokens per step); the
+``paper`` profile writes that configuration for users with the GPUs and the data. ``smoke`` runs
+a tiny model on a synthetic token file on the CPU: it checks the plumbing, not the claims.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from repro.paper import claim_holds, load_claims
+from repro.results import results_root
+from repro.suite import RunContext
+from suites._common import Verdict
+
+CHECKS = (
+    "every run trained all its planned steps; a run resumed from a checkpoint continues bit for bit (tests)",
+    "training and validation losses are finite (a NaN stops the run)",
+    "flip rate = changed mask entries / mask entries per optimizer step, over all sparse layers (tests: "
+    "equals a direct count)",
+    "the sparse layers match their plain-PyTorch references (kernel tests; table8 checks whole steps on the GPU)",
+)
+OFFLINE_PLUS = "data/offline-en-plus"
+HEADLINE, SWEEP = "headline", "sweep"
+PAPER_LAMBDA_124M = 6e-5  # Hu et al. Table 1, GPT-2 124M
+LAMBDA_GRID = (6e-6, 2e-5, 6e-5, 2e-4, 6e-4)  # Table 1's test: candidates around the paper's value
+SWEEP_LAMBDAS = (6e-6, 6e-5, 6e-4)  # Fig. 1: decay factors of the flip-rate sweep
+MU_RANGE = (0.60, 0.95)  # Hu et al. Sec. 4.3: feasible mu = sparse / dense flip rate at t0
+
+# Base configuration of each scale, per profile (what the run's TrainConfig is built from).
+SCALES: dict[str, dict[str, dict]] = {
+    "full": {
+        HEADLINE: dict(
+            model="gpt2-124m", seq_len=1024, batch_size=16, steps=600, lr=6e-4, warmup=60, min_lr_ratio=0.1,
+            eval_every=100, eval_batches=16, checkpoint_every=200, data=OFFLINE_PLUS,
+        ),
+        SWEEP: dict(
+            model="gpt2-6x384", seq_len=1024, batch_size=16, steps=300, lr=1e-3, warmup=30, min_lr_ratio=0.1,
+            eval_every=50, eval_batches=16, checkpoint_every=100, data=OFFLINE_PLUS,
+        ),
+    },
+    "smoke": {
+        HEADLINE: dict(
+            model="gpt2-tiny", seq_len=32, batch_size=4, steps=12, lr=1e-3, warmup=2, min_lr_ratio=0.1,
+            eval_every=6, eval_batches=2, checkpoint_every=6, data="synthetic",
+        ),
+        SWEEP: dict(
+            model="gpt2-tiny", seq_len=32, batch_size=4, steps=12, lr=1e-3, warmup=2, min_lr_ratio=0.1,
+            eval_every=6, eval_batches=2, checkpoint_every=6, data="synthetic",
+        ),
+    },
+    "paper": {  # nanoGPT's GPT-2 124M on OpenWebText, as Hu et al. ran it (their GPUs, their data)
+        HEADLINE: dict(
+            model="gpt2-124m", seq_len=1024, batch_size=12, grad_accum=40, steps=600_000, lr=6e-4, warmup=2000,
+            min_lr_ratio=0.1, eval_every=2000, eval_batches=200, checkpoint_every=2000, data="hf:openwebtext",
+        ),
+        SWEEP: dict(
+            model="gpt2-124m", seq_len=1024, batch_size=12, grad_accum=40, steps=600_000, lr=6e-4, warmup=2000,
+            min_lr_ratio=0.1, eval_every=2000, eval_batches=200, checkpoint_every=2000, data="hf:openwebtext",
+        ),
+    },
+}  # fmt: skip
+
+# Recipes: how each method trains, as TrainConfig fields (Hu et al. Secs. 3-4).
+FST = dict(mode="fst", decay=PAPER_LAMBDA_124M, decay_on="grad", mvue=True, dense_phase="finetune")
+RECIPES: dict[str, dict] = {
+    "dense": dict(mode="dense"),
+    "fst": FST,  # the paper's recipe: masked decay on gradients, MVUE, dense fine-tuning (last 1/6)
+    "srste": dict(mode="srste", decay=PAPER_LAMBDA_124M, decay_on="grad", dense_phase="none"),
+    "half": dict(mode="half"),  # dense with the FFN width halved (same FFN non-zeros as 2:4)
+    "weight24": dict(mode="weight24", decay=PAPER_LAMBDA_124M, decay_on="grad", dense_phase="none"),
+    "ste": dict(mode="srste", decay=0.0, dense_phase="none"),  # STE: sparse forward, no decay
+}
+
+
+def lam(x: float) -> str:
+    return f"{x:.0e}".replace("e-0", "e-")
+
+
+def _sweep_runs() -> dict[str, tuple[str, dict]]:
+    runs: dict[str, tuple[str, dict]] = {
+        "dense": (SWEEP, RECIPES["dense"]),
+        "ste": (SWEEP, RECIPES["ste"]),
+        # Fig. 2: the same lambda on weights (SR-STE's Eq. 8) and on gradients (Eq. 10)
+        f"decay-weights-{lam(6e-5)}": (SWEEP, dict(RECIPES["ste"], decay=6e-5, decay_on="weight")),
+        # Hu's Fig. 3 and Table 7: fst with its parts switched off one by one
+        "fst": (SWEEP, FST),
+        "fst-pretrain": (SWEEP, dict(FST, dense_phase="pretrain")),
+        "fst-noft": (SWEEP, dict(FST, dense_phase="none")),
+        "fst-nodecay-nomvue-noft": (SWEEP, dict(FST, decay=0.0, mvue=False, dense_phase="none")),
+        "fst-nomvue-noft": (SWEEP, dict(FST, mvue=False, dense_phase="none")),
+        "fst-nomvue": (SWEEP, dict(FST, mvue=False)),
+    }
+    for x in SWEEP_LAMBDAS:  # Fig. 1 (and Fig. 2's on-gradients run at 6e-5)
+        runs[f"decay-grads-{lam(x)}"] = (SWEEP, dict(RECIPES["ste"], decay=x, decay_on="grad"))
+    return runs
+
+
+_EXTRA: dict[str, tuple[str, dict]] = {}
+
+
+def extend_plan(run_id: str, scale: str, recipe: dict) -> None:
+    """Add a run decided by a measurement (Table 1's full run with the chosen lambda_W)."""
+    _EXTRA[run_id] = (scale, recipe)
+
+
+def plan() -> dict[str, tuple[str, dict]]:
+    """Every run of the training-dynamics suites: run id -> (scale, recipe fields)."""
+    runs = dict(_EXTRA)
+    runs |= {f"sweep-{k}": v for k, v in _sweep_runs().items()}
+    for seed in (0, 1):  # Table 5: two seeds each, so the seed spread sits beside the gap
+        runs[f"124m-dense-s{seed}"] = (HEADLINE, dict(RECIPES["dense"], seed=seed))
+        runs[f"124m-fst-s{seed}"] = (HEADLINE, dict(RECIPES["fst"], seed=seed))
+    for name in ("srste", "half", "weight24"):  # Fig. 10
+        runs[f"124m-{name}-s0"] = (HEADLINE, dict(RECIPES[name], seed=0))
+    for x in LAMBDA_GRID:  # Table 1's test: the warm-up phase only (see lambda_test_steps)
+        runs[f"124m-lambda-{lam(x)}"] = (HEADLINE, dict(FST, decay=x, dense_phase="none", seed=0))
+    return runs
+
+
+# Which runs each artifact reads.
+NEEDS: dict[str, tuple[str, ...]] = {
+    "figure1": ("sweep-dense", "sweep-ste", *(f"sweep-decay-grads-{lam(x)}" for x in SWEEP_LAMBDAS)),
+    "figure2": ("sweep-dense", "sweep-ste", f"sweep-decay-weights-{lam(6e-5)}", f"sweep-decay-grads-{lam(6e-5)}"),
+    "hu_figure3": ("sweep-fst", "sweep-fst-pretrain", "sweep-fst-noft"),
+    "figure10": ("124m-dense-s0", "124m-fst-s0", "124m-srste-s0", "124m-half-s0", "124m-weight24-s0"),
+    "table5": ("124m-dense-s0", "124m-dense-s1", "124m-fst-s0", "124m-fst-s1"),
+    "table7": (
+        "sweep-fst-nodecay-nomvue-noft",
+        "sweep-fst-nomvue-noft",
+        "sweep-fst-noft",
+        "sweep-fst-nomvue",
+        "sweep-fst",
+    ),
+    "hu_table1": ("124m-dense-s0", *(f"124m-lambda-{lam(x)}" for x in LAMBDA_GRID)),
+}
+# Table 7's rows as the paper prints them: (masked decay, MVUE, dense fine-tuning).
+TABLE7_ROWS = {
+    "sweep-fst-nodecay-nomvue-noft": ("none", (False, False, False)),
+    "sweep-fst-nomvue-noft": ("decay", (True, False, False)),
+    "sweep-fst-noft": ("decay+mvue", (True, True, False)),
+    "sweep-fst-nomvue": ("decay+ft", (True, False, True)),
+    "sweep-fst": ("decay+mvue+ft", (True, True, True)),
+}
+
+
+def lambda_test_steps(profile: str) -> int:
+    """t0 of Table 1's test: the end of the learning-rate warm-up (the paper samples "a small number
+    of training steps" in the warm-up stage)."""
+    return int(SCALES[profile][HEADLINE]["warmup"])
+
+
+def config(run_id: str, profile: str):  # noqa: ANN201 - repro.train.TrainConfig
+    """The TrainConfig of ``run_id`` under ``profile``."""
+    from repro.train import TrainConfig
+
+    scale, recipe = plan()[run_id]
+    fields = {**SCALES[profile][scale], "seed": 0, **recipe}
+    return TrainConfig(**fields)
+
+
+def run_path(results_dir: Path, profile: str, run_id: str) -> Path:
+    """``<results>/<device>/runs/<run-id>``; runs of other profiles than ``full`` carry the
+    profile in their id, so a smoke run on a GPU never lands on a full run."""
+    return results_dir / "runs" / (run_id if profile == "full" else f"{profile}-{run_id}")
+
+
+def ensure(ctx: RunContext, run_ids: Iterable[str], *, stop_at: dict[str, int] | None = None) -> dict[str, Path]:
+    """Train every run of ``run_ids`` not finished yet (resuming a checkpoint where one exists) and
+    return their directories. A run cut short by the time budget (``REPRO_TRAIN_MINUTES``) stops
+    the suite with a message saying how to go on; what it trained is kept."""
+    from repro.train import ensure_run
+
+    stop_at = stop_at or {}
+    out: dict[str, Path] = {}
+    for rid in run_ids:
+        d = run_path(ctx.results.path().parent, ctx.profile, rid)
+        t0 = time.perf_counter()
+        status = ensure_run(config(rid, ctx.profile), d, until_step=stop_at.get(rid), device=ctx.device)
+        ctx.log(f"run {rid}: {status} ({time.perf_counter() - t0:.0f}s)")
+        if not status.finished:
+            raise SystemExit(
+                f"run {rid} stopped at step {status.step} of {status.target} (time budget); its checkpoint "
+                f"is in {d}. Run the same command again to continue."
+            )
+        out[rid] = d
+    return out
+
+
+def read_log(run_dir: Path) -> pd.DataFrame:
+    return pd.read_csv(run_dir / "log.csv")
+
+
+def read_val(run_dir: Path) -> pd.DataFrame:
+    return pd.read_csv(run_dir / "val.csv")
+
+
+def smooth(x: np.ndarray, frac: float = 0.05) -> np.ndarray:
+    """Centered moving average over ``frac`` of the curve (at least 1 point): flip rates are noisy."""
+    k = max(1, int(round(frac * len(x))))
+    if k == 1:
+        return x.astype(float)
+    return pd.Series(x, dtype=float).rolling(k, center=True, min_periods=1).mean().to_numpy()
+
+
+def flip_late(log: pd.DataFrame) -> float:
+    """Mean flip rate over the second half of training."""
+    f = log["flip_rate"].to_numpy(float)
+    return float(np.nanmean(f[len(f) // 2 :])) if len(f) else math.nan
+
+
+def run_rows(ctx: RunContext, method: str, run_id: str, run_dir: Path) -> None:
+    """The rows every training suite writes for one run: final validation and training loss, flip
+    rate (peak, late mean), tokens trained, tokens/s and MFU (against the measured dense GEMM rate)."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    log, val = read_log(run_dir), read_val(run_dir)
+    cfg = summary.get("config") or json.loads((run_dir / "config.json").read_text())
+    shape = f"{cfg['model']}/{int(log['tokens'].iloc[-1])}tok"
+    dtype = cfg.get("amp_dtype") or dtype_label(ctx)
+
+    def add(metric: str, value: float, unit: str) -> None:
+        if math.isfinite(float(value)):  # a run without a GEMM rate has no MFU: no row, not NaN
+            ctx.results.add(method, shape, str(dtype), metric, float(value), unit, variant=run_id, verified=False)
+
+    add("val_loss", val["val_loss"].iloc[-1], "nats")
+    k = max(1, len(log) // 20)
+    add("train_loss_last5pct", log["loss"].iloc[-k:].mean(), "nats")
+    add("tokens", log["tokens"].iloc[-1], "tokens")
+    add("tokens_per_s", summary.get("tokens_per_s", math.nan), "tokens/s")
+    add("mfu", summary.get("mfu", math.nan), "%")
+    if "flip_rate" in log and log["flip_rate"].notna().any():
+        f = smooth(log["flip_rate"].to_numpy(float))
+        add("flip_rate_peak", np.nanmax(f), "fraction")
+        add("flip_rate_late", flip_late(log), "fraction")
+
+
+# ---------------------------------------------------------------------------------------------
+# claims (qualitative statements of figures without numbers) and the figures' curves
+# ---------------------------------------------------------------------------------------------
+
+
+def add_claim(ctx: RunContext, metric: str, value: float, runs: Iterable[str]) -> None:
+    """One measured quantity a claim of ``repro/paper_data/hu2024_claims.csv`` is tested on."""
+    scale = ",".join(runs)
+    ctx.results.add("claim", scale, dtype_label(ctx), metric, float(value), "", variant=metric, verified=False)
+
+
+def dtype_label(ctx: RunContext) -> str:
+    """The compute dtype of the runs: bf16 autocast on a GPU, float32 on a CPU."""
+    return "bf16" if ctx.device.type == "cuda" else "float32"
+
+
+def claims_table(df: pd.DataFrame, artifact: str) -> pd.DataFrame:
+    """Paper vs ours for each claim: the paper's statement, the test, our value, whether it holds."""
+    claims = load_claims("hu2024", artifact)
+    ours = df[df["method"] == "claim"].groupby("metric")["value"].last() if len(df) else pd.Series(dtype=float)
+    rows = []
+    for c in claims.itertuples():
+        v = float(ours.get(c.metric, math.nan))
+        held = claim_holds(c.relation, v, c.threshold)
+        rows.append(
+            {
+                "claim": c.claim,
+                "paper": c.statement,
+                "test": f"{c.metric} {c.relation} {c.threshold:g}",
+                "ours": v,
+                "holds": {True: "yes", False: "no", None: "not measured"}[held],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def claims_verdict(df: pd.DataFrame, artifact: str, scale: str) -> Verdict:
+    """reproduced where every claim holds, falls short where one does not, not comparable where
+    one was not measured; the caveat names the failing claims and the scale."""
+    t = claims_table(df, artifact)
+    failed = list(t.loc[t["holds"] == "no", "claim"])
+    missing = list(t.loc[t["holds"] == "not measured", "claim"])
+    status = "falls short" if failed else ("not comparable" if missing else "reproduced")
+    said = f"{len(t) - len(failed) - len(missing)} of {len(t)} claims hold"
+    if failed:
+        said += f"; not: {', '.join(failed)}"
+    return Verdict(status, f"{said}; qualitative claims tested at reduced scale ({scale})")
+
+
+def run_dirs_of(df: pd.DataFrame) -> dict[str, Path]:
+    """Run id -> run directory, for the runs behind these rows (their device's results folder)."""
+    out: dict[str, Path] = {}
+    for (dev, profile, rid), _ in df[df["method"] != "claim"].groupby(["device", "profile", "variant"]):
+        out[str(rid)] = run_path(results_root() / str(dev), str(profile), str(rid))
+    return out
+
+
+def curve(run_dir: Path, column: str, frac: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, smoothed ``column``) of a run's log; val_loss comes from its validation log."""
+    t = read_val(run_dir) if column == "val_loss" else read_log(run_dir)
+    y = t[column].to_numpy(float)
+    return t["tokens"].to_numpy(float), (y if column == "val_loss" else smooth(y, frac))
+
+
+def scale_note(df: pd.DataFrame) -> str:
+    """ "GPT-2 124M, 9.8M tokens" style: what the runs behind these rows trained."""
+    shapes = sorted({s for s in df.loc[df["method"] != "claim", "shape"]})
+    return "; ".join(s.replace("/", ", ").replace("tok", " tokens") for s in shapes) or "no runs"
