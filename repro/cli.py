@@ -76,6 +76,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     mod = get_suite(args.suite)
     device = _parse_device(args.device)
     profile = pick_profile(args.profile, device)
+    profiles = getattr(mod, "PROFILES", ("smoke", "full"))  # "paper": training suites only
+    if profile not in profiles:
+        raise SystemExit(f"{args.suite} has no {profile!r} profile; it has {', '.join(profiles)}")
     if args.results_dir:
         os.environ["REPRO_RESULTS_DIR"] = str(Path(args.results_dir).resolve())
     results = ResultSet(args.suite, mod.ARTIFACT, profile, device)
@@ -280,9 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("suite")
     r.add_argument(
         "--profile",
-        choices=["auto", "smoke", "full"],
+        choices=["auto", "smoke", "full", "paper"],
         default="auto",
-        help="auto: full on a CUDA GPU, smoke (tiny shapes, CPU timer) elsewhere",
+        help="auto: full on a CUDA GPU, smoke (tiny shapes, CPU timer) elsewhere; paper: the paper's own "
+        "configuration (training suites only: their GPUs, their data, billions of tokens)",
     )
     r.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda if available)")
     r.add_argument("--results-dir", default=None, help="root of results/ (default: the repo's)")

@@ -51,7 +51,7 @@ RESULT_COLUMNS = (
     "verified",
     *PROVENANCE_COLUMNS,
 )
-PROFILES = ("smoke", "full")
+PROFILES = ("smoke", "full", "paper")  # paper: the paper's own configuration (training suites)
 # Columns a row may leave empty: no extra axis, a host-side quantity without a timer, a ratio
 # without a unit (rel_err_vs_fp64). Every other column is required on every row.
 OPTIONAL_COLUMNS = frozenset({"variant", "timer", "unit"})

@@ -176,6 +176,6 @@ def pick_profile(profile: str, device: torch.device) -> str:
     """``auto``: full on a GPU, smoke on a CPU. A full profile on a CPU is refused (hours, meaningless)."""
     if profile == "auto":
         return "full" if device.type == "cuda" else "smoke"
-    if profile == "full" and device.type != "cuda":
-        raise SystemExit("the full profile needs a CUDA GPU; use --profile smoke on a CPU")
+    if profile in ("full", "paper") and device.type != "cuda":
+        raise SystemExit(f"the {profile} profile needs a CUDA GPU; use --profile smoke on a CPU")
     return profile

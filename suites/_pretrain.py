@@ -27,6 +27,7 @@ from repro.results import results_root
 from repro.suite import RunContext
 from suites._common import Verdict
 
+PROFILES = ("smoke", "full", "paper")
 CHECKS = (
     "every run trained all its planned steps; a run resumed from a checkpoint continues bit for bit (tests)",
     "training and validation losses are finite (a NaN stops the run)",

@@ -23,6 +23,7 @@ PAPER = "hu2024"
 ARTIFACT = "figure3"
 TITLE = "Hu et al. 2024 Fig. 3: dense fine-tuning vs dense pre-training vs none (loss)"
 CHECKS = P.CHECKS
+PROFILES = P.PROFILES
 LABELS = {
     "sweep-fst": "dense fine-tuning (last 1/6)",
     "sweep-fst-pretrain": "dense pre-training (first 1/6)",
