@@ -47,11 +47,11 @@ SCALES: dict[str, dict[str, dict]] = {
     "full": {
         HEADLINE: dict(
             model="gpt2-124m", seq_len=1024, batch_size=16, steps=600, lr=6e-4, warmup=60, min_lr_ratio=0.1,
-            eval_every=100, eval_batches=16, checkpoint_every=200, data=OFFLINE_PLUS,
+            eval_every=100, eval_batches=8, checkpoint_every=200, data=OFFLINE_PLUS,
         ),
         SWEEP: dict(
             model="gpt2-6x384", seq_len=1024, batch_size=16, steps=300, lr=1e-3, warmup=30, min_lr_ratio=0.1,
-            eval_every=50, eval_batches=16, checkpoint_every=100, data=OFFLINE_PLUS,
+            eval_every=50, eval_batches=8, checkpoint_every=100, data=OFFLINE_PLUS,
         ),
     },
     "smoke": {
