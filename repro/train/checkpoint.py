@@ -109,7 +109,7 @@ def check_config(saved: dict | None, cfg: TrainConfig, where: Path) -> None:
         raise ValueError(f"{where} holds no TrainConfig: it was not written by repro.train; start a new run directory")
     now = cfg.to_dict()
     diffs = [
-        f"{k}: {saved.get(k)!r} (checkpoint) vs {now.get(k)!r} (now)"
+        f"{k}: {saved.get(k)!r} (saved) vs {now.get(k)!r} (now)"
         for k in sorted(set(saved) | set(now))
         if k not in RESUME_FREE_KEYS and saved.get(k) != now.get(k)
     ]

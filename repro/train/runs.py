@@ -26,11 +26,13 @@ from typing import Any
 
 import torch
 
+from repro.data import TokenFile
 from repro.provenance import device_slug, provenance
 from repro.results import results_root
 from repro.train.checkpoint import atomic_write_text, check_config
 from repro.train.config import TrainConfig
 from repro.train.loop import train
+from repro.train.parts import resolve_data
 
 __all__ = ["ensure_run", "read_summary", "run_dir_for", "run_id", "summarise"]
 
@@ -57,6 +59,10 @@ def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
         return json.loads(p.read_text())
     except (OSError, ValueError):
         return None
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _main_process() -> bool:
@@ -138,17 +144,19 @@ def ensure_run(
     if summary is not None and summary.get("status") == "finished":
         return "finished"
     dev = torch.device(device) if device is not None else None
+    for split in ("train", "val"):  # a missing corpus fails before the run directory is made
+        TokenFile(resolve_data(cfg.data), split)
     if _main_process():
         run_dir.mkdir(parents=True, exist_ok=True)
         if not cfg_path.exists():
             cfg.save(cfg_path)
-        _record_call(run_dir, dev or torch.device("cuda" if torch.cuda.is_available() else "cpu"), max_minutes)
+        _record_call(run_dir, dev or _default_device(), max_minutes)
     res = train(cfg, run_dir, max_minutes=max_minutes, stop_at=stop_at, device=dev, progress=progress)
     if res.status == "finished" and _main_process():
         if gemm_tflops is None:
             from repro.roofline import measure_ceilings
 
-            gemm_tflops = measure_ceilings(dev or torch.device("cuda" if torch.cuda.is_available() else "cpu")).gemm_tflops
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        atomic_write_text(run_dir / "summary.json", json.dumps(summarise(cfg, run_dir, gemm_tflops, world), indent=2) + "\n")
+            gemm_tflops = measure_ceilings(dev or _default_device()).gemm_tflops
+        summary = summarise(cfg, run_dir, gemm_tflops, int(os.environ.get("WORLD_SIZE", "1")))
+        atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     return res.status
