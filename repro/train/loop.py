@@ -72,6 +72,8 @@ def train(
     t_begin = time.perf_counter()
     deadline = math.inf if max_minutes is None else t_begin + 60.0 * max_minutes
     run_dir, d = Path(run_dir), init_distributed()
+    if d.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
     device = pick_device(d, device)
     amp = AMP[cfg.amp] if device.type == "cuda" else None
     ckpt_path = run_dir / "checkpoint.pt"
@@ -87,6 +89,10 @@ def train(
     if ckpt_path.exists():
         ckpt = load_checkpoint(ckpt_path)
         restore(ckpt, model=model, optimizer=optimizer, cfg=cfg, where=ckpt_path, scaler=scaler)
+        if ckpt["extra"].get("world", 1) != d.world:  # the batch shards, and so the data, would change
+            raise ValueError(
+                f"cannot resume {ckpt_path}: it ran on {ckpt['extra'].get('world', 1)} processes, not {d.world}"
+            )
         flips.load_state_dict(ckpt["extra"].get("flip", {}))
         start, tokens = int(ckpt["step"]), int(ckpt["tokens"])
         del ckpt
@@ -104,7 +110,7 @@ def train(
     def save(at: int) -> None:
         log.flush(sync=True)
         if d.main:
-            extra = {"flip": flips.state_dict()}
+            extra = {"flip": flips.state_dict(), "world": d.world}
             save_checkpoint(
                 ckpt_path, step=at, tokens=tokens, model=model, optimizer=optimizer, cfg=cfg, scaler=scaler, extra=extra
             )
@@ -129,9 +135,14 @@ def train(
             with torch.no_grad():  # masked decay on the weights (Hu et al. Eq. 8), for the Fig. 2 ablation
                 for w, mask in decay_masks:
                     w.mul_(torch.where(mask, 1.0, 1.0 - lr * cfg.weight_decay_masked))
+            loss = out.loss
+            if d.world > 1:  # log the mean over all ranks' sequences (no host sync)
+                loss = loss.clone()
+                dist.all_reduce(loss, op=dist.ReduceOp.SUM)
+                loss = loss / d.world
             rates = flips.measure()
             tokens += step_tokens
-            log.add(_Pending(step + 1, tokens, step_tokens, lr, out.loss, out.grad_norm, rates, t0, now(device)))
+            log.add(_Pending(step + 1, tokens, step_tokens, lr, loss, out.grad_norm, rates, t0, now(device)))
             if on_step is not None:
                 on_step(step + 1)
             if d.main and (step + 1 == cfg.steps or (cfg.eval_every and (step + 1) % cfg.eval_every == 0)):
