@@ -181,6 +181,27 @@ def test_lr_schedule():
     assert lr_at(2, **kw) == pytest.approx(1.0) and lr_at(10, **kw) == pytest.approx(0.1)
 
 
+def test_fst_without_mvue_has_the_exact_weight_gradient():
+    """SparseLinear(mvue=False): fst's dW is dY^T X (dense, exact); with MVUE it is an estimate."""
+    from kernels.sparse_linear import SparseLinear
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 16)
+    dy = torch.randn(8, 8)
+    grads = {}
+    for mvue in (True, False):
+        layer = SparseLinear(16, 8, mode="fst", decay=0.0, mvue=mvue, seed=1)
+        with torch.no_grad():
+            layer.weight.copy_(torch.linspace(-1, 1, 128).reshape(8, 16))
+        layer(x).backward(dy)
+        grads[mvue] = layer.weight.grad
+    torch.testing.assert_close(grads[False], dy.t() @ x)
+    assert not torch.allclose(grads[True], dy.t() @ x)
+    assert "mvue=False" in repr(SparseLinear(16, 8, mode="fst", mvue=False))
+    with pytest.raises(TypeError, match="mvue"):
+        SparseLinear(16, 8, mode="fst", mvue=1)
+
+
 # flip rate ------------------------------------------------------------------------------------
 
 
