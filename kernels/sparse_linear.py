@@ -121,6 +121,7 @@ class _Plan:
     checks: bool
     device_type: str
     col_out: bool = False
+    mvue: bool = True  # fst: dW from MVUE(dY^T) (False: the exact dense dY^T X, for ablations)
 
 
 class GradHandoff:
@@ -142,7 +143,8 @@ class GradHandoff:
     @property
     def wants_packed_grad(self) -> bool:
         """Whether the backward packs MVUE(dY^T) for a cuSPARSELt GEMM on the graph-safe path."""
-        return self.plan.mode == "fst" and self.plan.cslt and not self.plan.checks and self.layer_seed is not None
+        plan = self.plan
+        return plan.mode == "fst" and plan.mvue and plan.cslt and not plan.checks and self.layer_seed is not None
 
     @staticmethod
     def _key_of(t: torch.Tensor) -> tuple:
@@ -269,7 +271,10 @@ class _SparseLinearFn(torch.autograd.Function):
                     dx = (wm.t() @ dy2d.t()).t() if ctx.x_col else dy2d @ wm
                 dx = dx.reshape(ctx.x_shape)
             if ctx.needs_input_grad[1]:
-                dw = _fst_weight_grad(dy2d, x2d, seed, plan, ctx.handoff) if plan.mode == "fst" else dy2d.t() @ x2d
+                if plan.mode == "fst" and plan.mvue:
+                    dw = _fst_weight_grad(dy2d, x2d, seed, plan, ctx.handoff)
+                else:
+                    dw = dy2d.t() @ x2d
                 if plan.decay and not plan.checks and ctx.decay_from is not None and dw.is_contiguous():
                     # cast and decay in one pass, from the pruned entries the forward wrote
                     dw = cslt_decay_cast_pruned(dw, *ctx.decay_from, plan.decay)
@@ -298,7 +303,8 @@ class SparseLinear(nn.Linear):
 
     ``checks`` (default True) validates inputs and gradients (finite values, MVUE range) at the
     cost of host syncs; pass False for timed or CUDA-graph-captured runs (a per-layer choice: no
-    process-wide switch). ``use_cusparselt=False`` forces the dense fallback.
+    process-wide switch). ``use_cusparselt=False`` forces the dense fallback. ``mvue=False`` (fst
+    only) computes dW exactly, dense, instead of through MVUE: Hu et al.'s Table 7 ablation.
 
     The masked decay is added to the gradient in every backward: with k micro-batches of
     gradient accumulation per optimizer step it counts k times (pass ``decay / k``).
@@ -326,6 +332,7 @@ class SparseLinear(nn.Linear):
         checks: bool = True,
         seed: int | None = None,
         output_layout: str = "row",
+        mvue: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -358,7 +365,7 @@ class SparseLinear(nn.Linear):
             raise ValueError(f"decay must be finite and >= 0, got {decay}")
         if not 0.0 <= dense_fraction <= 1.0:
             raise ValueError(f"dense_fraction must lie in [0, 1], got {dense_fraction}")
-        for name, v in (("track_flip", track_flip), ("checks", checks)):
+        for name, v in (("track_flip", track_flip), ("checks", checks), ("mvue", mvue)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
@@ -384,6 +391,7 @@ class SparseLinear(nn.Linear):
         self.dense_fraction = float(dense_fraction)
         self.track_flip = track_flip
         self.checks = checks
+        self.mvue = mvue
         self.use_cusparselt = True
         self._dense = False
         self._flip_count: torch.Tensor | None = None
@@ -421,6 +429,8 @@ class SparseLinear(nn.Linear):
         s = super().extra_repr() + f", mode={self.mode!r}"
         if self.mode != "dense":
             s += f", mask_interval={self.mask_interval}, decay={self.decay:g}, dense_fraction={self.dense_fraction:g}"
+            if self.mode == "fst" and not self.mvue:
+                s += ", mvue=False"
         return s
 
     @property
@@ -665,7 +675,7 @@ class SparseLinear(nn.Linear):
         problems = [(o, i, tokens)]  # forward: (W*M) [out, in] @ X^T [in, T]
         if self.mode in _TRANSPOSABLE_MODES:
             problems.append((i, o, tokens))  # dX: (W*M)^T [in, out] @ dY^T [out, T]
-        if self.mode == "fst":
+        if self.mode == "fst" and self.mvue:
             problems.append((o, tokens, i))  # dW: MVUE(dY^T) [out, T] @ X [T, in]
         for rows, cols, n in problems:
             reason = cslt_refusal(rows, cols, n, dt, device)
@@ -726,7 +736,7 @@ class SparseLinear(nn.Linear):
             pair = None
             if reason is None and self.mode in _TRANSPOSABLE_MODES:
                 pair = (*self._packed_pair(dt), self._pruned_entries(dt, x.device))
-        plan = _Plan(self.mode, self.decay, reason is None, checks, dev, self._output_layout == "col")
+        plan = _Plan(self.mode, self.decay, reason is None, checks, dev, self._output_layout == "col", self.mvue)
         self.grad_handoff = handoff = GradHandoff(plan, self.mvue_seed)
         with _no_autocast(dev):
             return _SparseLinearFn.apply(x, self.weight, self.bias, mask, self.mvue_seed, plan, pair, handoff)

@@ -1,4 +1,4 @@
-"""Command line: ``python -m repro list | run SUITE | compare SUITE | plot SUITE | dashboard | data ...``."""
+"""Command line: ``python -m repro list | run SUITE | compare SUITE | plot SUITE | dashboard | data ... | train``."""
 
 from __future__ import annotations
 
@@ -285,6 +285,39 @@ def cmd_data_info(args: argparse.Namespace) -> int:
     return _check_expected(m, args.expected)
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train (or continue) one run; exit 0 whether it finished or stopped at --max-minutes (the
+    line printed says which: call again to continue a stopped run)."""
+    from repro.results import InputError
+    from repro.train import TrainConfig, ensure_run, run_dir_for
+
+    try:
+        cfg = TrainConfig.load(args.config) if args.config else TrainConfig()
+        cfg = cfg.with_overrides(args.set or [])
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"bad training config: {exc}") from None
+    run_dir = Path(args.run_dir) if args.run_dir else run_dir_for(cfg)
+    try:
+        status = ensure_run(cfg, run_dir, max_minutes=args.max_minutes, stop_at=args.stop_at, device=args.device)
+    except ValueError as exc:
+        if isinstance(exc, InputError) or "cannot resume" not in str(exc):
+            raise
+        raise InputError(str(exc)) from None
+    print(f"{run_dir}: {status}", flush=True)
+    return 0
+
+
+def _add_train_parser(sub) -> None:
+    t = sub.add_parser("train", help="pretrain one run (resumes its checkpoint; finished runs are skipped)")
+    t.add_argument("--config", default=None, help="TrainConfig JSON (default: TrainConfig's defaults)")
+    t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field (repeatable)")
+    t.add_argument("--run-dir", default=None, help="run folder (default: results/<device>/runs/<run-id>)")
+    t.add_argument("--max-minutes", type=float, default=None, help="checkpoint and exit after about this long")
+    t.add_argument("--stop-at", type=int, default=None, help="checkpoint and exit after this step")
+    t.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda if available)")
+    t.set_defaults(fn=cmd_train)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="repro", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -324,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.set_defaults(fn=cmd_dashboard)
     _add_data_parser(sub)
+    _add_train_parser(sub)
     return p
 
 

@@ -9,7 +9,8 @@ sets them back to zero).
 Step ``i`` (counting from 0) of ``MaskedTrainer.step``:
 
 1. if ``i % every == 0``: regenerate the masks (mask function + apply), timed;
-2. forward and loss (bf16 autocast on CUDA), backward, ``optimizer.step()``, ``zero_grad``;
+2. forward and loss (bf16 autocast on CUDA), backward, ``optimizer.step()``, ``zero_grad``: the
+   pretraining loop's ``repro.train.step.train_step`` (no clipping);
 3. re-apply the current masks.
 
 Readings to keep in mind:
@@ -31,7 +32,6 @@ Readings to keep in mind:
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import sys
 import time
@@ -39,6 +39,8 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+
+from repro.train.step import train_step
 
 __all__ = ["MaskFn", "MaskedTrainer", "per_tensor_magnitude_mask", "time_training_steps"]
 
@@ -193,25 +195,26 @@ class MaskedTrainer:
 
     # training --------------------------------------------------------------------------------
 
-    def _autocast(self):
-        if self.autocast:
-            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
-
     def step_async(self, tokens: torch.Tensor) -> torch.Tensor:
         """One training step; returns the loss as a detached device scalar (no host sync)."""
         if tokens.device != self.device:
             tokens = tokens.to(self.device, non_blocking=True)
         if self.step_index % self.every == 0:
             self.regenerate()
-        with self._autocast():
-            loss = self.loss_fn(tokens)
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        out = train_step(
+            self.model,
+            self.optimizer,
+            tokens,
+            None,
+            loss_fn=lambda _model, x, _y: self.loss_fn(x),
+            grad_clip=None,
+            grad_norm=False,
+            amp_dtype=torch.bfloat16 if self.autocast else None,
+            autocast_cache=True,
+        )
         self.apply_masks()
         self.step_index += 1
-        return loss.detach()
+        return out.loss
 
     def step(self, tokens: torch.Tensor) -> float:
         """One training step; returns the loss (float: waits for the device)."""

@@ -4,7 +4,8 @@ and the largest that fits (60, 35, 23 on an 80 GB H100), with ``weight24``, ``sr
 iso-FLOP ``half`` baseline alongside.
 
 One training step = forward, loss, backward, gradient clipping, AdamW (bf16 autocast, float32
-master weights), captured whole in a CUDA graph and replayed (the dense baseline the same way).
+master weights; ``repro.train.step.train_step``, the pretraining runs' step), captured whole in a
+CUDA graph and replayed (the dense baseline the same way).
 Sparse modes also pay for their mask refreshes: the transposable masks of every FFN linear are
 recomputed every ``mask_interval`` (40) steps outside the graph; that time, divided by 40, is added
 to the step (``step_time_amortized``, the basis of the speedup). Before timing, each model's loss
@@ -40,6 +41,7 @@ from repro.paper import load_paper
 from repro.plots import grouped_bars, new_figure, save
 from repro.suite import RunContext
 from repro.timing import release_memory
+from repro.train.step import lm_loss, train_step
 from suites import _kernel_breakdown as kernel_breakdown_rows
 from suites._common import Verdict, precision_caveat, ratio_verdict, worst
 from suites._training_bench import (
@@ -101,16 +103,21 @@ class _Step:
 
     def loss(self) -> torch.Tensor:
         with torch.autocast(self.tokens.device.type, dtype=amp_dtype(), enabled=self.cuda, cache_enabled=False):
-            logits = self.model(self.tokens)
-        return F.cross_entropy(logits.float().flatten(0, 1), self.targets.flatten())
+            return lm_loss(self.model, self.tokens, self.targets)
 
     def __call__(self) -> torch.Tensor:
-        loss = self.loss()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.params, 1.0, foreach=self.cuda)
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=False)
-        return loss.detach()  # the step's loss, so the timed call's own output can be checked
+        # the pretraining loop's step (repro.train.step): forward, loss, backward, clip, AdamW, zero_grad
+        out = train_step(
+            self.model,
+            self.opt,
+            self.tokens,
+            self.targets,
+            grad_clip=1.0,
+            amp_dtype=amp_dtype() if self.cuda else None,
+            set_to_none=False,  # a captured graph keeps the gradient buffers
+            foreach=self.cuda,
+        )
+        return out.loss  # the step's loss, so the timed call's own output can be checked
 
 
 def _model(cfg: GPT2Config, mode: str, device: torch.device) -> torch.nn.Module:

@@ -1,0 +1,233 @@
+"""``TrainConfig``: everything that decides a pretraining run, validated on construction and stored
+as JSON beside the run and inside every checkpoint, so a run can be repeated and a resume can refuse
+to continue under different settings.
+
+The sparse recipe is Hu et al. 2024's: ``mode`` picks the FFN linears (``kernels.sparse_linear``),
+``decay`` is lambda_W (masked decay), ``decay_on`` puts it on the gradient (the paper's Eq. 10) or on
+the weights after the optimizer step (Eq. 8, the SR-STE original, for Fig. 2), ``mvue`` switches fst's
+unbiased 2:4 weight-gradient estimator, ``dense_phase`` chooses dense fine-tuning (last
+``dense_fraction`` of the steps dense, the paper's recipe) or STEP-style dense pre-training (first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro.models.gpt2 import CONFIGS, GPT2Config
+
+__all__ = ["AMP_DTYPES", "DECAY_ON", "DENSE_PHASES", "MODELS", "MODES", "TrainConfig", "model_config"]
+
+MODES = ("dense", "fst", "srste", "ste", "weight24", "half")
+"""``ste`` = srste without masked decay; ``half`` = dense FFN of half the width (iso-FLOP baseline)."""
+SPARSE_MODES = ("fst", "srste", "ste", "weight24")
+DECAY_ON = ("grad", "weight")
+DENSE_PHASES = ("none", "finetune", "pretrain")
+AMP_DTYPES = ("bf16", "fp16", "none")
+
+# small GPT-2s on the real vocabulary for sweeps, and a byte-vocabulary one for CPU tests
+MODELS: dict[str, GPT2Config] = {
+    **{k: v for k, v in CONFIGS.items() if k != "tiny"},
+    "gpt2-mini": GPT2Config(d_model=384, n_layer=6, n_head=6),
+    "gpt2-tiny": GPT2Config(d_model=128, n_layer=4, n_head=4),
+    "tiny": CONFIGS["tiny"],
+}
+
+
+def model_config(name: str, mode: str, seq_len: int) -> GPT2Config:
+    """The GPT-2 shape ``name`` with the FFN of ``mode`` and ``seq_len`` positions."""
+    ffn_mode = {"ste": "srste", "half": "half"}.get(mode, mode)
+    return dataclasses.replace(MODELS[name], ffn_mode=ffn_mode, seq_len=seq_len)
+
+
+def _default_data() -> str:
+    return "data/offline-en"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One pretraining run. Tokens per optimizer step = batch_size * grad_accum * seq_len * world size
+    (``batch_size`` sequences per micro-batch per process)."""
+
+    model: str = "gpt2-124m"
+    mode: str = "dense"
+    seq_len: int = 1024
+    batch_size: int = 16
+    grad_accum: int = 1
+    steps: int = 1000
+    lr: float = 6e-4
+    min_lr_ratio: float = 0.1
+    warmup: int = 100
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0  # 0: no clipping
+    seed: int = 0
+    data: str = field(default_factory=_default_data)  # token folder (``python -m repro data build``)
+    eval_every: int = 100  # 0: validation only at the end
+    eval_batches: int = 20
+    checkpoint_every: int = 200  # 0: checkpoints only when stopping
+    compile: bool = False
+    amp: str = "bf16"  # autocast dtype on CUDA ("none": float32); CPU runs are float32
+    # sparse recipe (Hu et al. 2024)
+    decay: float = 6e-5  # lambda_W; ignored by dense, half and ste
+    decay_on: str = "grad"
+    mvue: bool = True  # fst only
+    dense_phase: str = "finetune"
+    dense_fraction: float = 1 / 6
+    mask_interval: int = 40  # fst / weight24: steps between mask refreshes
+    track_flip: bool = True
+
+    def __post_init__(self) -> None:
+        def pos_int(name: str, minimum: int = 1) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+                what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+                raise ValueError(f"TrainConfig.{name} must be {what}, got {v!r}")
+
+        def real(name: str, lo: float, hi: float = math.inf, lo_open: bool = False) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise ValueError(f"TrainConfig.{name} must be a finite number, got {v!r}")
+            if v < lo or v > hi or (lo_open and v == lo):
+                side = "(" if lo_open else "["
+                raise ValueError(f"TrainConfig.{name} must be in {side}{lo}, {hi}], got {v!r}")
+
+        def choice(name: str, options: tuple) -> None:
+            if getattr(self, name) not in options:
+                raise ValueError(f"TrainConfig.{name} must be one of {options}, got {getattr(self, name)!r}")
+
+        if self.model not in MODELS:
+            raise ValueError(f"TrainConfig.model must be one of {sorted(MODELS)}, got {self.model!r}")
+        choice("mode", MODES)
+        choice("decay_on", DECAY_ON)
+        choice("dense_phase", DENSE_PHASES)
+        choice("amp", AMP_DTYPES)
+        for name in ("seq_len", "batch_size", "grad_accum", "steps", "eval_batches", "mask_interval"):
+            pos_int(name)
+        for name in ("warmup", "seed", "eval_every", "checkpoint_every"):
+            pos_int(name, 0)
+        if self.warmup > self.steps:
+            raise ValueError(f"TrainConfig.warmup ({self.warmup}) must not exceed steps ({self.steps})")
+        real("lr", 0.0, lo_open=True)
+        real("min_lr_ratio", 0.0, 1.0)
+        real("weight_decay", 0.0)
+        real("grad_clip", 0.0)
+        real("decay", 0.0)
+        real("dense_fraction", 0.0, 1.0)
+        betas = self.betas
+        if isinstance(betas, list):
+            object.__setattr__(self, "betas", tuple(betas))
+        if not (
+            isinstance(self.betas, tuple)
+            and len(self.betas) == 2
+            and all(isinstance(b, int | float) and not isinstance(b, bool) and 0.0 <= b < 1.0 for b in self.betas)
+        ):
+            raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {betas!r}")
+        for name in ("compile", "mvue", "track_flip"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"TrainConfig.{name} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.data, str) or not self.data:
+            raise ValueError(f"TrainConfig.data must be a token folder path, got {self.data!r}")
+        if self.seq_len > 1 << 16:
+            raise ValueError(f"TrainConfig.seq_len {self.seq_len} is implausibly large")
+
+    # derived --------------------------------------------------------------------------------
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the FFN linears are SparseLinear layers."""
+        return self.mode in SPARSE_MODES
+
+    @property
+    def layer_decay(self) -> float:
+        """lambda_W as the layers apply it (on the gradient, once per micro-batch backward)."""
+        if self.mode not in ("fst", "srste", "weight24") or self.decay_on != "grad":
+            return 0.0
+        return self.decay / self.grad_accum
+
+    @property
+    def weight_decay_masked(self) -> float:
+        """lambda_W applied to the weights after the optimizer step (``decay_on='weight'``), else 0."""
+        return self.decay if self.mode in ("fst", "srste", "weight24") and self.decay_on == "weight" else 0.0
+
+    def dense_at(self, step: int) -> bool:
+        """Whether optimizer step ``step`` (0-based) trains the sparse layers dense."""
+        f = self.dense_fraction if self.sparse else 0.0
+        if self.dense_phase == "finetune":
+            return f > 0 and step >= (1.0 - f) * self.steps - 1e-9
+        if self.dense_phase == "pretrain":
+            return step < f * self.steps - 1e-9
+        return False
+
+    def gpt2(self) -> GPT2Config:
+        """The model's GPT-2 configuration."""
+        return model_config(self.model, self.mode, self.seq_len)
+
+    # JSON -----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types (tuples as lists)."""
+        d = dataclasses.asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        """Inverse of ``to_dict``; unknown keys are refused (a typo must not be silently ignored)."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a TrainConfig must come from a JSON object, got {type(d).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig key(s) {unknown}; known: {sorted(names)}")
+        d = dict(d)
+        if "betas" in d and isinstance(d["betas"], list):
+            d["betas"] = tuple(d["betas"])
+        return cls(**d)
+
+    def with_updates(self, **kw: Any) -> TrainConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **kw)
+
+    def with_overrides(self, assignments: list[str]) -> TrainConfig:
+        """A copy with ``key=value`` strings applied (values parsed as JSON, else taken as strings)."""
+        names = {f.name: f for f in dataclasses.fields(self)}
+        kw: dict[str, Any] = {}
+        for a in assignments:
+            key, sep, raw = a.partition("=")
+            key = key.strip()
+            if not sep or key not in names:
+                raise ValueError(f"--set {a!r}: expected key=value with key one of {sorted(names)}")
+            try:
+                val = json.loads(raw)
+            except ValueError:
+                val = raw
+            if key == "data":
+                val = raw
+            if isinstance(val, int) and not isinstance(val, bool) and isinstance(getattr(self, key), float):
+                val = float(val)
+            kw[key] = tuple(val) if isinstance(val, list) else val
+        return dataclasses.replace(self, **kw)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the JSON atomically."""
+        from repro.train.checkpoint import atomic_write_text
+
+        atomic_write_text(Path(path), self.to_json())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> TrainConfig:
+        """Read a JSON file written by ``save`` (or by hand)."""
+        try:
+            d = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read the training config {path}: {exc}") from None
+        return cls.from_dict(d)

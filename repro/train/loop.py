@@ -1,0 +1,197 @@
+"""The pretraining loop: ``train(cfg, run_dir)`` trains ``cfg`` in ``run_dir`` from its checkpoint
+(or from scratch) until ``cfg.steps``, ``stop_at`` or the ``max_minutes`` deadline, whichever comes
+first, then checkpoints. Single process, or one of ``torchrun --nproc_per_node=N`` (DDP; rank 0 writes).
+
+Per step: dense phase of the sparse layers, learning rate (linear warm-up, cosine), this step's batch
+(a function of (seed, step)), ``train_step``, the sparse layers' ``after_optimizer_step`` (mask
+schedule), masked decay on the weights (``decay_on='weight'``), flip rates, the log row (read lazily),
+validation and checkpoint when due, a progress line on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from repro.models.gpt2 import ffn_linears
+from repro.train.checkpoint import load_checkpoint, restore, save_checkpoint
+from repro.train.config import TrainConfig
+from repro.train.flip import FlipTracker
+from repro.train.logs import RunLog, _Pending
+from repro.train.parts import (
+    TrainData,
+    build_model,
+    evaluate,
+    init_distributed,
+    now,
+    pick_device,
+    sparse_layers,
+)
+from repro.train.step import lr_at, make_optimizer, train_step
+
+__all__ = ["RunResult", "train"]
+
+AMP = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
+
+
+@dataclass
+class RunResult:
+    """What one ``train`` call did: steps ``start_step + 1 .. end_step``; status finished or stopped."""
+
+    status: str
+    start_step: int
+    end_step: int
+    tokens: int
+    losses: list[float]
+    val_loss: float | None
+    tokens_per_s: float
+    wall_s: float
+
+
+def train(
+    cfg: TrainConfig,
+    run_dir: str | Path,
+    *,
+    max_minutes: float | None = None,
+    stop_at: int | None = None,
+    device: str | torch.device | None = None,
+    progress: bool = True,
+    progress_every_s: float = 10.0,
+    on_step: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Train ``cfg`` in ``run_dir`` (resuming its checkpoint.pt) to ``cfg.steps`` or until stopped."""
+    t_begin = time.perf_counter()
+    deadline = math.inf if max_minutes is None else t_begin + 60.0 * max_minutes
+    run_dir, d = Path(run_dir), init_distributed()
+    if d.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    device = pick_device(d, device)
+    amp = AMP[cfg.amp] if device.type == "cuda" else None
+    ckpt_path = run_dir / "checkpoint.pt"
+
+    model = build_model(cfg, device)
+    data = TrainData(cfg, d, device, model.cfg.vocab_size)
+    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas)
+    scaler = torch.amp.GradScaler("cuda") if amp == torch.float16 else None
+    layers = {n: m for n, m in model.named_modules() if any(m is f for f in ffn_linears(model))}
+    flips = FlipTracker(layers) if cfg.track_flip else FlipTracker({})
+    sparse = sparse_layers(model)
+    start = tokens = 0
+    if ckpt_path.exists():
+        ckpt = load_checkpoint(ckpt_path)
+        restore(ckpt, model=model, optimizer=optimizer, cfg=cfg, where=ckpt_path, scaler=scaler)
+        if ckpt["extra"].get("world", 1) != d.world:  # the batch shards, and so the data, would change
+            raise ValueError(
+                f"cannot resume {ckpt_path}: it ran on {ckpt['extra'].get('world', 1)} processes, not {d.world}"
+            )
+        flips.load_state_dict(ckpt["extra"].get("flip", {}))
+        start, tokens = int(ckpt["step"]), int(ckpt["tokens"])
+        del ckpt
+    step_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None) if d.world > 1 else model
+    if cfg.compile:
+        step_model = torch.compile(step_model)
+    log = RunLog(run_dir, list(layers), start, enabled=d.main)
+    end = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
+    step_tokens = cfg.batch_size * cfg.grad_accum * cfg.seq_len * d.world
+    val_loss, step, t_last, t_prev = None, start, t_begin, time.perf_counter()
+    if progress and d.main:
+        what = f"resuming at step {start}" if start else "starting"
+        print(f"[train] {run_dir.name}: {what}, steps {start + 1}..{end} of {cfg.steps} on {device}", file=sys.stderr)
+
+    def save(at: int) -> None:
+        log.flush(sync=True)
+        if d.main:
+            extra = {"flip": flips.state_dict(), "world": d.world}
+            save_checkpoint(
+                ckpt_path, step=at, tokens=tokens, model=model, optimizer=optimizer, cfg=cfg, scaler=scaler, extra=extra
+            )
+
+    try:
+        for step in range(start, end):
+            for m in sparse:  # dense fine-tuning (last fraction) or dense pre-training (first)
+                if m.is_dense != cfg.dense_at(step):
+                    m.set_dense(cfg.dense_at(step))
+            lr = lr_at(step, steps=cfg.steps, lr=cfg.lr, warmup=cfg.warmup, min_lr_ratio=cfg.min_lr_ratio)
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            x, y = data.batch(step)
+            decay_masks = [(m.weight, m.mask) for m in sparse if not m.is_dense] if cfg.weight_decay_masked else []
+            t0 = now(device)
+            out = train_step(
+                step_model, optimizer, x, y, grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip or None, amp_dtype=amp
+            )
+            for m in model.modules():
+                if hasattr(m, "after_optimizer_step"):
+                    m.after_optimizer_step(step + 1, cfg.steps)
+            with torch.no_grad():  # masked decay on the weights (Hu et al. Eq. 8), for the Fig. 2 ablation
+                for w, mask in decay_masks:
+                    w.mul_(torch.where(mask, 1.0, 1.0 - lr * cfg.weight_decay_masked))
+            loss = out.loss
+            if d.world > 1:  # log the mean over all ranks' sequences (no host sync)
+                loss = loss.clone()
+                dist.all_reduce(loss, op=dist.ReduceOp.SUM)
+                loss = loss / d.world
+            rates = flips.measure()
+            tokens += step_tokens
+            log.add(_Pending(step + 1, tokens, step_tokens, lr, loss, out.grad_norm, rates, t0, now(device)))
+            if on_step is not None:
+                on_step(step + 1)
+            if d.main and (step + 1 == cfg.steps or (cfg.eval_every and (step + 1) % cfg.eval_every == 0)):
+                val_loss = evaluate(model, data, cfg.eval_batches, amp)
+                log.val(step + 1, tokens, val_loss)
+            t = time.perf_counter()
+            late = t + 2 * (t - t_prev) >= deadline
+            if d.world > 1 and (step + 1) % 20 == 0:  # every rank must stop at the same step
+                flag = torch.tensor([float(late)], device=device)
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                late = bool(flag.item())
+            elif d.world > 1:
+                late = False
+            t_prev = t
+            if late or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 != end):
+                save(step + 1)
+            if progress and d.main and (t - t_last >= progress_every_s or step + 1 == end):
+                t_last = t
+                tps = log.median_tokens_per_s()
+                eta = (end - step - 1) * step_tokens / tps if tps > 0 else math.nan
+                print(
+                    f"[train] step {step + 1}/{cfg.steps}  loss {log.last_loss:.4f}  {tps:,.0f} tok/s  "
+                    f"elapsed {_hms(t - t_begin)}  ETA {_hms(eta)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            if late:
+                step += 1
+                break
+        else:
+            step = end
+            if end > start:
+                save(end)
+    finally:
+        with contextlib.suppress(Exception):  # an earlier error is the one to report
+            log.flush(sync=True)
+        log.close()
+    if d.world > 1:
+        dist.barrier()
+        if d.owns_group:
+            dist.destroy_process_group()
+    status = "finished" if step >= cfg.steps else "stopped"
+    return RunResult(
+        status, start, step, tokens, log.losses, val_loss, log.median_tokens_per_s(), time.perf_counter() - t_begin
+    )
+
+
+def _hms(s: float) -> str:
+    if not math.isfinite(s):
+        return "?"
+    s = int(s)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"

@@ -1,0 +1,151 @@
+"""The pieces the loop is assembled from: process group, model, data, validation, timer. Kept apart
+so ``loop.train`` reads as the sequence of a step."""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from repro.data import DataError, TokenFile
+from repro.models.gpt2 import build_gpt2, ffn_linears
+from repro.provenance import REPO
+from repro.train.config import TrainConfig
+from repro.train.step import lm_loss
+
+__all__ = ["Dist", "TrainData", "build_model", "evaluate", "init_distributed", "now", "sparse_layers"]
+
+VAL_SEED = 1_000_003  # validation windows: the same for every run and seed, so val losses compare
+_VERIFY_BYTES = 1 << 30  # hash token files up to this size when a run starts
+
+
+@dataclass(frozen=True)
+class Dist:
+    """This process's place in a ``torchrun`` job (rank 0 of 1 when run alone)."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    owns_group: bool = False  # we called init_process_group, so we destroy it
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed() -> Dist:
+    """Join the process group that ``torchrun`` describes in the environment (gloo on CPU, nccl on
+    CUDA); alone without it."""
+    if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        return Dist()
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    owns = not dist.is_initialized()
+    if owns:
+        if torch.cuda.is_available():
+            torch.cuda.set_device(local)
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return Dist(dist.get_rank(), dist.get_world_size(), local, owns)
+
+
+def pick_device(d: Dist, device: str | torch.device | None) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda", d.local_rank) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def build_model(cfg: TrainConfig, device: torch.device) -> nn.Module:
+    """The GPT-2 of ``cfg`` on ``device``, initialised from ``cfg.seed``; sparse FFN linears carry the
+    recipe (decay on the gradient, MVUE switch; the dense phase is driven by the loop)."""
+    factory = None
+    if cfg.sparse:
+        from kernels.sparse_linear import SparseLinear
+
+        kw: dict[str, Any] = {"mvue": cfg.mvue} if cfg.mode == "fst" else {}
+        factory = functools.partial(
+            SparseLinear,
+            mode=cfg.gpt2().ffn_mode,
+            decay=cfg.layer_decay,
+            dense_fraction=0.0,
+            mask_interval=cfg.mask_interval,
+            track_flip=cfg.track_flip,
+            checks=False,
+            **kw,
+        )
+    torch.manual_seed(cfg.seed)
+    with torch.device(device):
+        return build_gpt2(cfg.gpt2(), linear_factory=factory)
+
+
+def sparse_layers(model: nn.Module) -> list[nn.Module]:
+    """The FFN linears with a sparse mode (SparseLinear, mode != dense)."""
+    return [m for m in ffn_linears(model) if getattr(m, "mode", "dense") != "dense" and hasattr(m, "set_dense")]
+
+
+def resolve_data(path: str) -> Path:
+    """A token folder: as given, else relative to the repository (the default ``data/offline-en``)."""
+    p = Path(path)
+    return p if p.is_absolute() or p.exists() else REPO / p
+
+
+class TrainData:
+    """Train and validation token files; the batch of step s depends only on (seed, s), and each rank
+    takes its slice of that one draw, so resume and the number of processes do not change the data."""
+
+    def __init__(self, cfg: TrainConfig, d: Dist, device: torch.device, vocab_size: int) -> None:
+        folder = resolve_data(cfg.data)
+        self.train, self.val = TokenFile(folder, "train"), TokenFile(folder, "val")
+        n_vocab = int(self.train.manifest.get("tokenizer", {}).get("n_vocab", 0))
+        if n_vocab > vocab_size:
+            raise DataError(f"{folder} has a vocabulary of {n_vocab} ids; model {cfg.model!r} embeds {vocab_size}")
+        for tf in (self.train, self.val):
+            if tf.path.stat().st_size <= _VERIFY_BYTES:
+                tf.verify()
+        self.cfg, self.d, self.device = cfg, d, device
+        self.per_rank = cfg.batch_size * cfg.grad_accum
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's [batch_size * grad_accum, seq_len] inputs and targets of optimizer step ``step``."""
+        n = self.per_rank
+        x, y = self.train.batch(n * self.d.world, self.cfg.seq_len, step=step, seed=self.cfg.seed)
+        lo = self.d.rank * n
+        return _to(x[lo : lo + n], self.device), _to(y[lo : lo + n], self.device)
+
+    def val_batch(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.val.batch(self.cfg.batch_size, self.cfg.seq_len, step=i, seed=VAL_SEED)
+        return _to(x, self.device), _to(y, self.device)
+
+
+def _to(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    # from pinned memory on CUDA: a copy from pageable memory would synchronise the stream
+    t = t.contiguous()
+    return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t.to(device)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: TrainData, batches: int, amp_dtype: torch.dtype | None) -> float:
+    """Mean validation loss over the fixed validation batches (reads the device once)."""
+    was = model.training
+    model.eval()
+    losses = []
+    for i in range(batches):
+        x, y = data.val_batch(i)
+        with torch.autocast(x.device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+            losses.append(lm_loss(model, x, y))
+    model.train(was)
+    return float(torch.stack(losses).mean())
+
+
+def now(device: torch.device) -> Any:
+    """A timestamp of the device's stream: a recorded CUDA event, else ``perf_counter`` seconds."""
+    if device.type == "cuda":
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+    return time.perf_counter()
