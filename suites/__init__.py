@@ -17,12 +17,22 @@ SUITES: dict[str, str] = {
     "pivot_comm": "suites.pivot_comm",
     "figure6": "suites.figure6",
     "table8": "suites.table8",
+    # Hu et al.'s training dynamics and losses (pretraining runs, suites/_pretrain.py)
+    "figure1": "suites.figure1",
+    "figure2": "suites.figure2",
+    "hu_figure3": "suites.hu_figure3",
+    "figure10": "suites.figure10",
+    "hu_table1": "suites.hu_table1",
+    "table5": "suites.table5",
+    "table7": "suites.table7",
 }
 
 
 # Suites whose smoke profile runs the PyTorch references on a CPU instead of the Triton
 # interpreter (their kernels are large; the interpreter would take minutes; the tests cover them).
-NO_SMOKE_INTERPRETER = frozenset({"figure3", "figure6", "table8"})
+NO_SMOKE_INTERPRETER = frozenset(
+    {"figure3", "figure6", "table8", "figure1", "figure2", "hu_figure3", "figure10", "hu_table1", "table5", "table7"}
+)
 
 
 def get_suite(name: str) -> ModuleType:

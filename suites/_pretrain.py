@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,9 +23,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from repro.data.tokens import Document, write_corpus
 from repro.paper import claim_holds, load_claims
 from repro.results import results_root
 from repro.suite import RunContext
+from repro.train import TrainConfig, ensure_run
 from suites._common import Verdict
 
 PROFILES = ("smoke", "full", "paper")
@@ -35,7 +38,8 @@ CHECKS = (
     "equals a direct count)",
     "the sparse layers match their plain-PyTorch references (kernel tests; table8 checks whole steps on the GPU)",
 )
-OFFLINE_PLUS = "data/offline-en-plus"
+OFFLINE_PLUS = "data/offline-en-plus"  # python -m repro data build --corpus offline-en-plus
+OPENWEBTEXT = "data/openwebtext"  # python -m repro data hf openwebtext (needs the hub)
 HEADLINE, SWEEP = "headline", "sweep"
 PAPER_LAMBDA_124M = 6e-5  # Hu et al. Table 1, GPT-2 124M
 LAMBDA_GRID = (6e-6, 2e-5, 6e-5, 2e-4, 6e-4)  # Table 1's test: candidates around the paper's value
@@ -50,28 +54,28 @@ SCALES: dict[str, dict[str, dict]] = {
             eval_every=100, eval_batches=8, checkpoint_every=200, data=OFFLINE_PLUS,
         ),
         SWEEP: dict(
-            model="gpt2-6x384", seq_len=1024, batch_size=16, steps=300, lr=1e-3, warmup=30, min_lr_ratio=0.1,
+            model="gpt2-mini", seq_len=1024, batch_size=16, steps=300, lr=1e-3, warmup=30, min_lr_ratio=0.1,
             eval_every=50, eval_batches=8, checkpoint_every=100, data=OFFLINE_PLUS,
         ),
     },
     "smoke": {
         HEADLINE: dict(
-            model="gpt2-tiny", seq_len=32, batch_size=4, steps=12, lr=1e-3, warmup=2, min_lr_ratio=0.1,
-            eval_every=6, eval_batches=2, checkpoint_every=6, data="synthetic",
+            model="tiny", seq_len=16, batch_size=2, steps=12, lr=3e-3, warmup=2, min_lr_ratio=0.1,
+            eval_every=6, eval_batches=2, checkpoint_every=6, mask_interval=2, amp="none",
         ),
         SWEEP: dict(
-            model="gpt2-tiny", seq_len=32, batch_size=4, steps=12, lr=1e-3, warmup=2, min_lr_ratio=0.1,
-            eval_every=6, eval_batches=2, checkpoint_every=6, data="synthetic",
+            model="tiny", seq_len=16, batch_size=2, steps=12, lr=3e-3, warmup=2, min_lr_ratio=0.1,
+            eval_every=6, eval_batches=2, checkpoint_every=6, mask_interval=2, amp="none",
         ),
     },
     "paper": {  # nanoGPT's GPT-2 124M on OpenWebText, as Hu et al. ran it (their GPUs, their data)
         HEADLINE: dict(
             model="gpt2-124m", seq_len=1024, batch_size=12, grad_accum=40, steps=600_000, lr=6e-4, warmup=2000,
-            min_lr_ratio=0.1, eval_every=2000, eval_batches=200, checkpoint_every=2000, data="hf:openwebtext",
+            min_lr_ratio=0.1, eval_every=2000, eval_batches=200, checkpoint_every=2000, data=OPENWEBTEXT,
         ),
         SWEEP: dict(
             model="gpt2-124m", seq_len=1024, batch_size=12, grad_accum=40, steps=600_000, lr=6e-4, warmup=2000,
-            min_lr_ratio=0.1, eval_every=2000, eval_batches=200, checkpoint_every=2000, data="hf:openwebtext",
+            min_lr_ratio=0.1, eval_every=2000, eval_batches=200, checkpoint_every=2000, data=OPENWEBTEXT,
         ),
     },
 }  # fmt: skip
@@ -165,13 +169,36 @@ def lambda_test_steps(profile: str) -> int:
     return int(SCALES[profile][HEADLINE]["warmup"])
 
 
-def config(run_id: str, profile: str):  # noqa: ANN201 - repro.train.TrainConfig
-    """The TrainConfig of ``run_id`` under ``profile``."""
-    from repro.train import TrainConfig
-
+def config(run_id: str, profile: str, data: str | None = None) -> TrainConfig:
+    """The TrainConfig of ``run_id`` under ``profile`` (``data``: the token folder, where the
+    profile does not fix one: the smoke corpus)."""
     scale, recipe = plan()[run_id]
     fields = {**SCALES[profile][scale], "seed": 0, **recipe}
+    if data is not None:
+        fields["data"] = data
     return TrainConfig(**fields)
+
+
+class _Bytes:
+    """Byte-level encoding for the smoke corpus (the ``tiny`` model's 256-token vocabulary)."""
+
+    n_vocab, eot_token = 256, 0
+
+    def encode_ordinary_batch(self, texts: list[str]) -> list[list[int]]:
+        return [[b or 1 for b in t.encode()] for t in texts]
+
+
+def smoke_corpus(root: Path) -> Path:
+    """A small synthetic corpus of byte tokens (the smoke profile trains on it on a CPU in seconds)."""
+    out = root / "smoke-corpus"
+    if not (out / "manifest.json").exists():
+        rng = np.random.default_rng(0)
+        words = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away", "and", "then", "slept"]
+        docs = (Document(f"toy/{i}", " ".join(rng.choice(words, size=60)) + f" {i}.") for i in range(200))
+        tok = {"name": "bytes", "n_vocab": 256}
+        quiet = lambda *a, **k: None  # noqa: E731
+        write_corpus(docs, out, _Bytes(), tokenizer=tok, sources=[{"name": "words"}], val_fraction=0.1, progress=quiet)
+    return out
 
 
 def run_path(results_dir: Path, profile: str, run_id: str) -> Path:
@@ -180,23 +207,44 @@ def run_path(results_dir: Path, profile: str, run_id: str) -> Path:
     return results_dir / "runs" / (run_id if profile == "full" else f"{profile}-{run_id}")
 
 
-def ensure(ctx: RunContext, run_ids: Iterable[str], *, stop_at: dict[str, int] | None = None) -> dict[str, Path]:
-    """Train every run of ``run_ids`` not finished yet (resuming a checkpoint where one exists) and
-    return their directories. A run cut short by the time budget (``REPRO_TRAIN_MINUTES``) stops
-    the suite with a message saying how to go on; what it trained is kept."""
-    from repro.train import ensure_run
+def _deadline() -> float:
+    """When this process must stop training (``REPRO_TRAIN_MINUTES`` from its start; none if unset)."""
+    minutes = os.environ.get("REPRO_TRAIN_MINUTES")
+    return _STARTED + 60 * float(minutes) if minutes else math.inf
 
+
+_STARTED = time.monotonic()
+
+
+def last_step(run_dir: Path) -> int:
+    log = run_dir / "log.csv"
+    return int(pd.read_csv(log)["step"].iloc[-1]) if log.exists() and log.stat().st_size else 0
+
+
+def ensure(ctx: RunContext, run_ids: Iterable[str], *, stop_at: dict[str, int] | None = None) -> dict[str, Path]:
+    """Train every run of ``run_ids`` not finished yet (resuming its checkpoint where one exists)
+    and return their directories. ``stop_at``: runs needed only up to a step (Table 1's warm-up
+    test). Past the time budget (``REPRO_TRAIN_MINUTES``) the runs checkpoint and the suite stops,
+    saying how to go on; nothing trained is lost."""
     stop_at = stop_at or {}
+    results_dir = ctx.results.path().parent
+    data = str(smoke_corpus(results_dir / "runs")) if ctx.profile == "smoke" else None
     out: dict[str, Path] = {}
     for rid in run_ids:
-        d = run_path(ctx.results.path().parent, ctx.profile, rid)
+        d = run_path(results_dir, ctx.profile, rid)
+        left = (_deadline() - time.monotonic()) / 60
         t0 = time.perf_counter()
-        status = ensure_run(config(rid, ctx.profile), d, until_step=stop_at.get(rid), device=ctx.device)
-        ctx.log(f"run {rid}: {status} ({time.perf_counter() - t0:.0f}s)")
-        if not status.finished:
+        status = "stopped"
+        if left > 0.1:
+            cfg, budget = config(rid, ctx.profile, data), None if math.isinf(left) else left
+            kw = dict(stop_at=stop_at.get(rid), device=ctx.device, gemm_tflops=ctx.ceilings.gemm_tflops)
+            status = ensure_run(cfg, d, max_minutes=budget, **kw)
+        done = status == "finished" or (rid in stop_at and last_step(d) >= stop_at[rid])
+        ctx.log(f"run {rid}: {'done' if done else status} at step {last_step(d)} ({time.perf_counter() - t0:.0f}s)")
+        if not done:
             raise SystemExit(
-                f"run {rid} stopped at step {status.step} of {status.target} (time budget); its checkpoint "
-                f"is in {d}. Run the same command again to continue."
+                f"run {rid} stopped at step {last_step(d)} (time budget REPRO_TRAIN_MINUTES); its checkpoint is "
+                f"in {d}. Run the same command again to continue."
             )
         out[rid] = d
     return out
@@ -229,9 +277,9 @@ def run_rows(ctx: RunContext, method: str, run_id: str, run_dir: Path) -> None:
     rate (peak, late mean), tokens trained, tokens/s and MFU (against the measured dense GEMM rate)."""
     summary = json.loads((run_dir / "summary.json").read_text())
     log, val = read_log(run_dir), read_val(run_dir)
-    cfg = summary.get("config") or json.loads((run_dir / "config.json").read_text())
+    cfg = json.loads((run_dir / "config.json").read_text())
     shape = f"{cfg['model']}/{int(log['tokens'].iloc[-1])}tok"
-    dtype = cfg.get("amp_dtype") or dtype_label(ctx)
+    dtype = dtype_label(ctx)
 
     def add(metric: str, value: float, unit: str) -> None:
         if math.isfinite(float(value)):  # a run without a GEMM rate has no MFU: no row, not NaN
@@ -241,8 +289,8 @@ def run_rows(ctx: RunContext, method: str, run_id: str, run_dir: Path) -> None:
     k = max(1, len(log) // 20)
     add("train_loss_last5pct", log["loss"].iloc[-k:].mean(), "nats")
     add("tokens", log["tokens"].iloc[-1], "tokens")
-    add("tokens_per_s", summary.get("tokens_per_s", math.nan), "tokens/s")
-    add("mfu", summary.get("mfu", math.nan), "%")
+    add("tokens_per_s", summary.get("median_tokens_per_s", math.nan), "tokens/s")
+    add("mfu", 100 * summary.get("mfu", math.nan), "%")
     if "flip_rate" in log and log["flip_rate"].notna().any():
         f = smooth(log["flip_rate"].to_numpy(float))
         add("flip_rate_peak", np.nanmax(f), "fraction")
@@ -261,8 +309,8 @@ def add_claim(ctx: RunContext, metric: str, value: float, runs: Iterable[str]) -
 
 
 def dtype_label(ctx: RunContext) -> str:
-    """The compute dtype of the runs: bf16 autocast on a GPU, float32 on a CPU."""
-    return "bf16" if ctx.device.type == "cuda" else "float32"
+    """The compute dtype of the runs: bf16 autocast on a GPU (the full profile), float32 on a CPU."""
+    return "bf16" if ctx.device.type == "cuda" and ctx.profile != "smoke" else "float32"
 
 
 def claims_table(df: pd.DataFrame, artifact: str) -> pd.DataFrame:
@@ -301,7 +349,8 @@ def claims_verdict(df: pd.DataFrame, artifact: str, scale: str) -> Verdict:
 def run_dirs_of(df: pd.DataFrame) -> dict[str, Path]:
     """Run id -> run directory, for the runs behind these rows (their device's results folder)."""
     out: dict[str, Path] = {}
-    for (dev, profile, rid), _ in df[df["method"] != "claim"].groupby(["device", "profile", "variant"]):
+    runs = df[~df["method"].isin(["claim", "ceiling"]) & df["metric"].eq("val_loss")]
+    for (dev, profile, rid), _ in runs.groupby(["device", "profile", "variant"], sort=False):
         out[str(rid)] = run_path(results_root() / str(dev), str(profile), str(rid))
     return out
 
@@ -315,5 +364,5 @@ def curve(run_dir: Path, column: str, frac: float = 0.05) -> tuple[np.ndarray, n
 
 def scale_note(df: pd.DataFrame) -> str:
     """ "GPT-2 124M, 9.8M tokens" style: what the runs behind these rows trained."""
-    shapes = sorted({s for s in df.loc[df["method"] != "claim", "shape"]})
+    shapes = sorted(set(df.loc[df["metric"] == "val_loss", "shape"]))
     return "; ".join(s.replace("/", ", ").replace("tok", " tokens") for s in shapes) or "no runs"
