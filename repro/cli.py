@@ -406,6 +406,9 @@ def _add_data_parser(sub) -> None:
     i.add_argument("--verify", action="store_true", help="also check each file's sha256 (reads every byte)")
     i.add_argument("--expected", default=None, help="also compare with this summary JSON")
     i.set_defaults(fn=cmd_data_info)
+    from repro.eval.evalsets import add_parser as add_evalsets_parser
+
+    add_evalsets_parser(dsub)
 
 
 def main(argv: list[str] | None = None) -> int:
