@@ -47,9 +47,7 @@ def retained(w: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def _check(inp: Inputs, variant: str, mask: torch.Tensor) -> dict[str, float]:
-    require(
-        mask.dtype == torch.bool and mask.shape == inp.w.shape, f"{variant}: mask {mask.dtype} {tuple(mask.shape)}"
-    )
+    require(mask.dtype == torch.bool and mask.shape == inp.w.shape, f"{variant}: mask {mask.dtype} {tuple(mask.shape)}")
     require(is_transposable_24(mask), f"{variant} mask is not transposable 2:4")
     best = inp.best
     tol = 1e-5 * best + 1e-6
