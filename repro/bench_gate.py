@@ -303,8 +303,10 @@ def run_suite(json_out: Path, log: Path, select: str | None = None, env: dict[st
         fh.flush()
         rc = subprocess.run(cmd, cwd=REPO, env=full_env, stdout=fh, stderr=subprocess.STDOUT).returncode
         fh.write(f"\nexit {rc}, {time.perf_counter() - t0:.1f} s wall\n")
-    if rc != 0 or not json_out.is_file():
+    if rc != 0:
         raise GateError(f"benchmark run failed (exit {rc}): see {log}")
+    if not json_out.is_file() or json_out.stat().st_size == 0:  # pytest-benchmark writes none when disabled
+        raise GateError(f"{json_out}: no benchmark was timed (no CUDA GPU, or all skipped?): see {log}")
     run = load_run(json_out)
     if not medians(run):
         raise GateError(f"{json_out}: no benchmark was timed (all skipped?): see {log}")
