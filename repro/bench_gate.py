@@ -313,17 +313,37 @@ def run_suite(json_out: Path, log: Path, select: str | None = None, env: dict[st
     return run
 
 
-def save(out_dir: Path, k: int, extra: list[Path], select: str | None, mult: float, floor: float) -> dict:
+def save(
+    out_dir: Path,
+    k: int,
+    extra: list[Path],
+    select: str | None,
+    mult: float,
+    floor: float,
+    budget_s: float | None = None,
+    reserve_runs: int = 0,
+) -> dict:
     """k fresh runs into ``out_dir/runs`` (plus ``extra`` run files, e.g. from another machine
-    start), then ``out_dir/gate.json`` from all of them."""
+    start), then ``out_dir/gate.json`` from all of them. ``budget_s``: stop after 2 or more runs
+    where one more run (and ``reserve_runs`` runs the caller still has to make, each taking as
+    long as the last) would not fit in it; the number made is the baseline's ``k``."""
+    import time
+
     from repro.provenance import git_commit
 
     runs = [load_run(p) for p in extra]
     commit = git_commit()[:12]
+    t0 = time.perf_counter()
     for i in range(k):
+        t_run = time.perf_counter()
         stem = f"{commit}-{_stamp()}-{i}"
         runs.append(run_suite(out_dir / "runs" / f"{stem}.json", out_dir / "logs" / f"{stem}.log", select))
-        print(f"bench save: run {i + 1}/{k} done", flush=True)
+        last = time.perf_counter() - t_run
+        print(f"bench save: run {i + 1}/{k} done in {last:.0f} s", flush=True)
+        spent = time.perf_counter() - t0
+        if budget_s is not None and i + 1 >= 2 and i + 1 < k and spent + (1 + reserve_runs) * last > budget_s:
+            print(f"bench save: stopping at {i + 1} runs to stay within {budget_s:.0f} s", flush=True)
+            break
     gate = make_baseline(runs, mult, floor)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "gate.json").write_text(json.dumps(gate, indent=1) + "\n", encoding="utf-8")
@@ -352,7 +372,9 @@ def write_report(rep: Report, stem: Path, expect: str | None = None) -> tuple[bo
     return ok, text
 
 
-def gate_check(root: Path, k: int, select: str | None, plant: str, mult: float, floor: float) -> int:
+def gate_check(
+    root: Path, k: int, select: str | None, plant: str, mult: float, floor: float, budget_s: float | None = None
+) -> int:
     """The GPU acceptance check of the gate, one machine start: save a baseline (k runs), A/A (one
     more run of the same commit must pass), A/B (a run with REPRO_PLANT_SLOWDOWN=``plant`` must
     fail exactly the benchmarks of :data:`PLANTS`). Writes under
@@ -372,8 +394,9 @@ def gate_check(root: Path, k: int, select: str | None, plant: str, mult: float, 
         print(f"gate-check: {stage} done in {summary['wall_s'][stage]} s", flush=True)
 
     t0 = time.perf_counter()
-    gate = save(gate_dir, k, [], select, mult, floor)
+    gate = save(gate_dir, k, [], select, mult, floor, budget_s, reserve_runs=2)
     summary["baseline"] = {
+        "k": gate["k"],
         "benchmarks": len(gate["benchmarks"]),
         "thresholds": {n: b["threshold"] for n, b in gate["benchmarks"].items()},
     }

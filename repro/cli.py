@@ -344,7 +344,7 @@ def cmd_bench_check(args: argparse.Namespace) -> int:
 def cmd_bench_gate_check(args: argparse.Namespace) -> int:
     from repro.bench_gate import gate_check
 
-    return gate_check(Path(args.root), args.runs, args.select, args.plant, args.mult, args.floor)
+    return gate_check(Path(args.root), args.runs, args.select, args.plant, args.mult, args.floor, args.budget_s)
 
 
 def _add_bench_parser(sub) -> None:
@@ -382,6 +382,9 @@ def _add_bench_parser(sub) -> None:
     g.add_argument("--plant", default="geglu", choices=sorted(PLANTS))
     g.add_argument("--mult", type=float, default=MULT)
     g.add_argument("--floor", type=float, default=FLOOR)
+    g.add_argument(
+        "--budget-s", type=float, default=None, help="make fewer baseline runs (at least 2) to finish within this"
+    )
     g.set_defaults(fn=cmd_bench_gate_check)
 
 

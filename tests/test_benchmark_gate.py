@@ -431,3 +431,22 @@ def test_run_suite_command_runs(tmp_path):
     with pytest.raises(bg.GateError, match="no benchmark was timed"):
         bg.run_suite(out, tmp_path / "run.log", select="nm_mask and triton and bf16")
     assert "1 passed" in (tmp_path / "run.log").read_text()
+
+
+def test_save_stops_within_budget(tmp_path, monkeypatch):
+    """With a time budget, the baseline keeps at least 2 runs and stops where the next run (and the
+    A/A and A/B runs still to come) would not fit."""
+    import time
+
+    runs = iter(_runs(5))
+
+    def slow_run_suite(json_out, log, select=None, env=None):
+        time.sleep(0.2)
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(next(runs)))
+        return bg.load_run(json_out)
+
+    monkeypatch.setattr(bg, "run_suite", slow_run_suite)
+    gate = bg.save(tmp_path, 5, [], None, bg.MULT, bg.FLOOR, budget_s=0.5, reserve_runs=2)
+    assert gate["k"] == 2
+    assert bg.save(tmp_path, 3, [], None, bg.MULT, bg.FLOOR)["k"] == 3  # no budget: all runs
