@@ -46,7 +46,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not ON_GPU:
         return
     for item in items:
-        if HERE in Path(str(item.fspath)).resolve().parents and "benchmark" in getattr(item, "fixturenames", ()):
+        if HERE in Path(item.path).resolve().parents and "benchmark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.benchmark(timer=CLOCK))
 
 
