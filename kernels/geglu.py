@@ -23,6 +23,7 @@ All kernels compute in float32 and store in the input dtype (fp16, bf16, fp32).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 import torch
@@ -47,6 +48,9 @@ _GELU_TANH = 1
 _SILU = 2
 
 _APPROXIMATIONS = ("none", "tanh")
+# REPRO_PLANT_SLOWDOWN=geglu: geglu() reads half its input once more (~+33% bytes, 20-50% time), so
+# the kernel-regression gate's A/B check (python -m repro bench gate-check) has a known regression.
+_PLANTED_SLOWDOWN = os.environ.get("REPRO_PLANT_SLOWDOWN") == "geglu"
 
 # Heuristics (no autotune: it must run quickly under the interpreter).
 # Flat kernel: 1024 elements per program (4 warps) for small problems so there are enough programs
@@ -461,6 +465,8 @@ def geglu(z: torch.Tensor, approximate: str = "none", *, check_finite: bool = Tr
     z = _validate(z, check_finite)
     if not use_triton(z):
         return geglu_reference(z, approximate)
+    if _PLANTED_SLOWDOWN:  # the benchmark gate's A/B check only: an extra read of the gate half, unused
+        torch.amax(z[..., : z.shape[-1] // 2])
     return _GatedFn.apply(z, act)
 
 

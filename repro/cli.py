@@ -1,8 +1,9 @@
-"""Command line: ``python -m repro list | run SUITE | compare SUITE | plot SUITE | dashboard | data ... | train``."""
+"""Command line: ``python -m repro list | run | compare | plot SUITE | dashboard | data ... | train | bench ...``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -318,6 +319,121 @@ def _add_train_parser(sub) -> None:
     t.set_defaults(fn=cmd_train)
 
 
+def _default_gate_dir(slug: str | None = None) -> Path:
+    from repro.bench_gate import gpu_slug
+    from repro.provenance import REPO
+
+    return REPO / "results" / "benchmarks" / (slug or gpu_slug()) / "gate"
+
+
+def cmd_bench_save(args: argparse.Namespace) -> int:
+    from repro.bench_gate import make_baseline, run_files, save
+
+    out = Path(args.dir) if args.dir else None
+    extra = run_files(args.from_) if args.from_ else []
+    if args.runs == 0:  # only merge existing runs (e.g. from separate machine starts): no GPU needed
+        if out is None:
+            raise SystemExit("repro bench save --runs 0 needs --dir (where gate.json goes)")
+        from repro.bench_gate import load_run
+
+        gate = make_baseline([load_run(p) for p in extra], args.mult, args.floor)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "gate.json").write_text(json.dumps(gate, indent=1) + "\n", encoding="utf-8")
+    else:
+        out = out or _default_gate_dir()
+        gate = save(out, args.runs, extra, args.select, args.mult, args.floor)
+    th = sorted(b["threshold"] for b in gate["benchmarks"].values())
+    print(
+        f"saved {out / 'gate.json'}: {len(gate['benchmarks'])} benchmarks from {gate['k']} runs on {gate['gpu']}; "
+        f"thresholds {th[0]:.1%} .. {th[-1]:.1%} (median {th[len(th) // 2]:.1%})"
+        if th
+        else f"saved {out / 'gate.json'}: no benchmark in every run"
+    )
+    return 0
+
+
+def _report(gate_path: str | None, run: dict, expect: str | None, json_out: str | None) -> int:
+    from repro.bench_gate import compare, expectation, format_report, load_baseline
+
+    slug = (run.get("machine_info") or {}).get("gpu_slug")
+    gate = load_baseline(gate_path or _default_gate_dir(slug))
+    rep = compare(gate, run)
+    print(format_report(rep))
+    ok = not rep.failures
+    data = rep.as_dict()
+    if expect is not None:
+        ok, why = expectation(rep, expect)
+        print(f"expected failures {expect!r}: {'OK' if ok else 'NOT MET'}: {why}")
+        data["expect_fail"] = {"pattern": expect, "ok": ok, "why": why}
+    if json_out:
+        Path(json_out).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return 0 if ok else 1
+
+
+def cmd_bench_compare(args: argparse.Namespace) -> int:
+    from repro.bench_gate import load_run
+
+    return _report(args.gate, load_run(args.run), args.expect_fail, args.json_out)
+
+
+def cmd_bench_check(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from repro.bench_gate import run_suite
+
+    with tempfile.TemporaryDirectory() as tmp:
+        json_out = Path(args.save_run) if args.save_run else Path(tmp) / "run.json"
+        run = run_suite(json_out, json_out.with_suffix(".log"), args.select)
+        return _report(args.gate, run, None, args.json_out)
+
+
+def cmd_bench_gate_check(args: argparse.Namespace) -> int:
+    from repro.bench_gate import gate_check
+
+    return gate_check(Path(args.root), args.runs, args.select, args.plant, args.mult, args.floor, args.budget_s)
+
+
+def _add_bench_parser(sub) -> None:
+    from repro.bench_gate import FLOOR, MULT, PLANTS
+
+    bench = sub.add_parser(
+        "bench",
+        help="kernel regression gate: device-time baselines with noise-derived thresholds (tests/benchmarks)",
+    )
+    bsub = bench.add_subparsers(dest="bench_cmd", required=True)
+    s = bsub.add_parser("save", help="run tests/benchmarks k times and save a baseline with per-benchmark thresholds")
+    s.add_argument("--runs", type=int, default=3, help="fresh runs to make here (default 3; 0: only merge --from)")
+    s.add_argument("--from", dest="from_", nargs="*", default=[], help="run JSONs or folders to include")
+    s.add_argument("--dir", default=None, help="baseline folder (default results/benchmarks/<gpu-slug>/gate)")
+    s.add_argument("-k", dest="select", default=None, help="pytest -k expression: benchmark subset")
+    s.add_argument("--mult", type=float, default=MULT, help=f"threshold = max(mult x spread, floor) (default {MULT})")
+    s.add_argument("--floor", type=float, default=FLOOR, help=f"smallest threshold (default {FLOOR})")
+    s.set_defaults(fn=cmd_bench_save)
+    c = bsub.add_parser("compare", help="compare one run (pytest-benchmark JSON) with a saved baseline")
+    c.add_argument("run")
+    c.add_argument("--gate", default=None, help="gate.json or its folder (default: the run's GPU's)")
+    c.add_argument("--expect-fail", default=None, help="regex: pass iff exactly the matching benchmarks fail")
+    c.add_argument("--json-out", default=None)
+    c.set_defaults(fn=cmd_bench_compare)
+    k = bsub.add_parser("check", help="run tests/benchmarks once here and compare with the saved baseline")
+    k.add_argument("--gate", default=None)
+    k.add_argument("-k", dest="select", default=None)
+    k.add_argument("--save-run", default=None, help="keep the run's JSON here")
+    k.add_argument("--json-out", default=None)
+    k.set_defaults(fn=cmd_bench_check)
+    g = bsub.add_parser("gate-check", help="GPU acceptance: baseline (k runs), A/A, A/B with a planted slowdown")
+    g.add_argument("--root", default=".", help="outputs under ROOT/results/benchmarks/<gpu-slug>/gate{,-check}")
+    g.add_argument("--runs", type=int, default=3)
+    g.add_argument("-k", dest="select", default=None)
+    g.add_argument("--plant", default="geglu", choices=sorted(PLANTS))
+    g.add_argument("--mult", type=float, default=MULT)
+    g.add_argument("--floor", type=float, default=FLOOR)
+    g.add_argument(
+        "--budget-s", type=float, default=None, help="make fewer baseline runs (at least 2) to finish within this"
+    )
+    g.set_defaults(fn=cmd_bench_gate_check)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="repro", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -358,6 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(fn=cmd_dashboard)
     _add_data_parser(sub)
     _add_train_parser(sub)
+    _add_bench_parser(sub)
     return p
 
 
@@ -416,9 +533,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except ValueError as exc:  # bad input (a device, a folder, a results file): one line, no traceback
+        from repro.bench_gate import GateError
         from repro.results import InputError
 
-        if not isinstance(exc, InputError):
+        if not isinstance(exc, (InputError, GateError)):
             raise
         msg = " ".join(str(exc).split())
         print(f"repro {args.cmd}: error: {msg}", file=sys.stderr)

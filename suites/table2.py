@@ -13,20 +13,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-import kernels.transposable as transposable_module
-from kernels._common import use_triton
-from kernels.transposable import (
-    _exhaustive_triton,
-    _tiles,
-    is_transposable_24,
-    tile_scores,
-    transposable_mask,
-)
+from repro.kbench.core import CheckFailed
+from repro.kbench.transposable import FULL_SHAPES, SMOKE_SHAPES, TRANSPOSABLE  # noqa: F401 (re-exported)
 from repro.paper import load_paper
 from repro.plots import grouped_bars, new_figure, save
-from repro.results import shape_str
 from repro.suite import RunContext
-from suites._common import DTYPES, Verdict, cell, pivot_metric, ratio_verdict, shape_order
+from suites._common import Verdict, cell, pivot_metric, ratio_verdict, shape_order
 
 NAME = "table2"
 PAPER = "hu2024"
@@ -40,91 +32,60 @@ CHECKS = (
     "timed rows: the timed call's own mask (poisoned, recomputed) equals the checked mask",
 )
 
-# The paper's shapes as printed (30768 is likely 30720 in the original; 30768 is a multiple of 4).
-FULL_SHAPES = [(3072, 768), (4096, 1024), (5120, 1280), (1024, 1600), (8192, 2048), (16384, 4096), (30768, 8192)]
-SMOKE_SHAPES = [(32, 16), (64, 32), (128, 64)]
-METHODS = {
-    "approx2": "greedy 2-approximation (Hubara et al. 2021), vectorised PyTorch (paper's baseline)",
-    "exhaustive": "all 90 patterns, fused Triton kernel (ours)",
-    "exhaustive_torch": "all 90 patterns as one PyTorch matmul + argmax (the paper's conv formulation)",
-}
-METHOD_ARG = {"approx2": "approx2", "exhaustive": "exhaustive", "exhaustive_torch": "reference"}
-BASELINE = "approx2"
+# Shapes, inputs, bytes, checks and methods are declared once in repro/kbench/transposable.py
+# (also read by tests/benchmarks/test_bench_transposable.py).
+METHODS = {name: v.doc for name, v in TRANSPOSABLE.variants.items()}
+BASELINE = TRANSPOSABLE.baseline.name
 OURS = "exhaustive"
 
 
-def _retained(w: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return _tiles(w.float().abs() * mask).sum(-1)
-
-
-def _capturable(method: str, w: torch.Tensor) -> bool:
-    """Time from a CUDA graph only what never syncs with the host: ours always, approx2 below the
-    size where it completes stalled tiles through a synced subset, the torch scoring never."""
-    if method == "exhaustive":
-        return True
-    tiles = w.numel() // 16
-    return method == "approx2" and min(tiles, 1 << 22) < transposable_module._SUBSET_REPAIR_TILES
-
-
-def check(ctx: RunContext, w: torch.Tensor, label: str) -> None:
-    """Validity and optimality of every method's mask on ``w`` (stops the run on failure)."""
-    best = torch.cat([tile_scores(w[r : r + 4096], torch.float32).amax(-1) for r in range(0, w.shape[0], 4096)])
-    tol = 1e-5 * best + 1e-6
-    if use_triton(w):
-        poisoned = torch.full(w.shape, 7, dtype=torch.uint8, device=w.device).view(torch.bool)
-        out = _exhaustive_triton(w, out=poisoned)
-        ctx.check(bool((out.view(torch.uint8) <= 1).all()), f"{label}: exhaustive left unwritten mask bytes")
-    for method in METHODS:
-        mask = transposable_mask(w, method=METHOD_ARG[method])
-        ctx.check(is_transposable_24(mask), f"{label}: {method} mask is not transposable 2:4")
-        kept = _retained(w, mask)
-        if method == BASELINE:
-            ctx.check(bool((kept >= 0.5 * best - tol).all()), f"{label}: approx2 below half the optimum")
-        else:
-            gap = (best - kept).max().item()
-            ctx.check(bool((kept >= best - tol).all()), f"{label}: {method} not optimal (max gap {gap:.3g})")
-        ctx.results.add(
-            method,
-            label.split()[0],
-            label.split()[1],
-            "retained_l1_vs_optimum",
-            (kept.sum() / best.sum()).item(),
-            "fraction",
-            verified=True,
-        )
+def check(ctx: RunContext, inp, label: str) -> dict:
+    """Validity and optimality of every method's mask on ``inp.w`` (stops the run on failure);
+    returns each method's checked mask."""
+    shape, dname = label.split()
+    masks = {}
+    try:
+        TRANSPOSABLE.precheck(inp)
+    except CheckFailed as e:
+        ctx.check(False, f"{label}: {e}")
+    for method, variant in TRANSPOSABLE.variants.items():
+        mask = variant(inp)()
+        try:
+            quality = TRANSPOSABLE.check(inp, method, mask)
+        except CheckFailed as e:
+            ctx.check(False, f"{label}: {e}")
+        for metric, value in quality.items():
+            ctx.results.add(method, shape, dname, metric, value, "fraction", verified=True)
+        masks[method] = mask
+    return masks
 
 
 def run(ctx: RunContext) -> None:
-    shapes = FULL_SHAPES if ctx.profile == "full" else SMOKE_SHAPES
     gen = torch.Generator(device=ctx.device).manual_seed(0)
-    for r, c in shapes:
-        for dname in ("fp16", "fp32"):
-            shape = shape_str((r, c))
-            w = torch.randn(r, c, device=ctx.device, dtype=DTYPES[dname], generator=gen)
-            check(ctx, w, f"{shape} {dname}")
-            nbytes = w.numel() * w.element_size() + w.numel()  # read W, write a byte mask
-            bw = {}
-            for method in METHODS:
-                arg = METHOD_ARG[method]
-                want = transposable_mask(w, method=arg)  # checked valid (and optimal) by check()
-                t = ctx.time_checked(
-                    lambda w=w, arg=arg: transposable_mask(w, method=arg, check_finite=False),
-                    lambda out, want=want: torch.equal(out, want),
-                    f"{shape} {dname} {method}",
-                    graph=_capturable(method, w),
-                )
-                bw[method] = ctx.add_bandwidth_rows(method, shape, dname, nbytes, t, verified=True, paper_unit="TB/s")
-            for method in ("exhaustive", "exhaustive_torch"):
-                ctx.results.add(
-                    method, shape, dname, "speedup_vs_approx2", bw[method] / bw[BASELINE], "x", verified=True
-                )
-            ctx.log(
-                f"{shape:>10s} {dname}: exhaustive {bw['exhaustive']:.0f} GB/s "
-                f"({100 * bw['exhaustive'] / ctx.ceilings.copy_gbps:.0f}% of copy), "
-                f"{bw['exhaustive'] / bw[BASELINE]:.1f}x approx2, "
-                f"{bw['exhaustive'] / bw['exhaustive_torch']:.1f}x torch-scores"
+    for case in TRANSPOSABLE.cases(ctx.profile):
+        shape, dname = case.shape, case.dtype
+        inp = TRANSPOSABLE.inputs(case, ctx.device, gen)  # drawn in sequence from one generator
+        masks = check(ctx, inp, f"{shape} {dname}")
+        nbytes = TRANSPOSABLE.nbytes(inp)
+        bw = {}
+        for method, variant in TRANSPOSABLE.variants.items():
+            t = ctx.time_checked(
+                variant(inp),
+                lambda out, want=masks[method]: TRANSPOSABLE.same(out, want),
+                f"{shape} {dname} {method}",
+                graph=variant.graph(inp),
             )
-            del w
+            bw[method] = ctx.add_bandwidth_rows(method, shape, dname, nbytes, t, verified=True, paper_unit="TB/s")
+        del masks
+        for method in ("exhaustive", "exhaustive_torch"):
+            ctx.results.add(method, shape, dname, "speedup_vs_approx2", bw[method] / bw[BASELINE], "x", verified=True)
+        ctx.log(
+            f"{shape:>10s} {dname}: exhaustive {bw['exhaustive']:.0f} GB/s "
+            f"({100 * bw['exhaustive'] / ctx.ceilings.copy_gbps:.0f}% of copy), "
+            f"{bw['exhaustive'] / bw[BASELINE]:.1f}x approx2, "
+            f"{bw['exhaustive'] / bw['exhaustive_torch']:.1f}x torch-scores"
+        )
+        del inp
 
 
 def compare(df: pd.DataFrame) -> pd.DataFrame:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from kernels.geglu import geglu, geglu_bytes, geglu_intuitive
+from repro.kbench.core import CheckFailed
+from repro.kbench.geglu import APPROXIMATE, FULL_SHAPES, GEGLU, SMOKE_SHAPES, torch_eager  # noqa: F401 (re-exported)
 from repro.paper import load_paper
 from repro.plots import grouped_bars, new_figure, save
 from repro.suite import RunContext
@@ -28,54 +29,30 @@ CHECKS = (
     "timed rows: the timed call's own output (poisoned, recomputed) equals the checked output",
 )
 
-FULL_SHAPES = [(32, 512, d) for d in (768, 1024, 1280, 1600, 2048, 4096, 8192)]
-SMOKE_SHAPES = [(2, 16, 32), (2, 32, 64), (4, 32, 128)]
-APPROXIMATE = "tanh"
-METHODS = {
-    "intuitive": "row-wise access of the column-major tensor, Triton (paper's baseline)",
-    "ours": "column-major-aware Triton kernel",
-    "torch_eager": "torch eager gelu(gate, approximate='tanh') * up on the strided views",
-}
-BASELINE = "intuitive"
-
-
-def torch_eager(z: torch.Tensor) -> torch.Tensor:
-    r = z.shape[-1] // 2
-    return torch.nn.functional.gelu(z[:, :r], approximate=APPROXIMATE) * z[:, r:]
-
-
-def _column_major(p: int, d: int, device: torch.device, gen: torch.Generator) -> torch.Tensor:
-    return torch.randn(d, p, device=device, dtype=torch.float16, generator=gen).t()
-
-
-def _fns(z: torch.Tensor) -> dict:
-    return {
-        "intuitive": lambda: geglu_intuitive(z, approximate=APPROXIMATE, check_finite=False),
-        "ours": lambda: geglu(z, approximate=APPROXIMATE, check_finite=False),
-        "torch_eager": lambda: torch_eager(z),
-    }
+# Shapes, inputs, bytes, checks and methods are declared once in repro/kbench/geglu.py (also
+# read by tests/benchmarks/test_bench_geglu.py).
+METHODS = {name: v.doc for name, v in GEGLU.variants.items()}
+BASELINE = GEGLU.baseline.name
 
 
 def run(ctx: RunContext) -> None:
-    shapes = FULL_SHAPES if ctx.profile == "full" else SMOKE_SHAPES
     gen = torch.Generator(device=ctx.device).manual_seed(0)
-    for b, s, d in shapes:
-        label = f"{b}x{s}x{d}"
-        z = _column_major(b * s, d, ctx.device, gen)
-        ref = torch_eager(z.double())
-        fns = _fns(z)
+    for case in GEGLU.cases(ctx.profile):
+        label = case.shape
+        inp = GEGLU.inputs(case, ctx.device, gen)  # drawn in sequence from one generator
+        fns = {m: v(inp) for m, v in GEGLU.variants.items()}
         for method, fn in fns.items():
-            out = fn()
-            err = ((out.double() - ref).norm() / ref.norm()).item()
-            ctx.check(bool(torch.isfinite(out).all()) and err <= 2e-3, f"{label}: {method} rel err {err:.2e}")
-            ctx.results.add(method, label, "fp16", "rel_err_vs_fp64", err, "", verified=True)
-        out = fns["ours"]()
-        ctx.check(out.stride() == (1, z.shape[0]), f"{label}: ours output is not column-major {out.stride()}")
-        nbytes = geglu_bytes(z)
+            try:
+                quality = GEGLU.check(inp, method, fn())
+            except CheckFailed as e:
+                ctx.check(False, f"{label}: {e}")
+            for metric, value in quality.items():
+                ctx.results.add(method, label, "fp16", metric, value, "", verified=True)
+        nbytes = GEGLU.nbytes(inp)
         bw = {}
         for m, fn in fns.items():
             want = fn()  # checked above against float64
-            t = ctx.time_checked(fn, lambda out, want=want: torch.equal(out, want), f"{label} {m}")
+            t = ctx.time_checked(fn, lambda out, want=want: GEGLU.same(out, want), f"{label} {m}")
             bw[m] = ctx.add_bandwidth_rows(m, label, "fp16", nbytes, t, verified=True, paper_unit="TB/s")
         for m in ("ours", "torch_eager"):
             ctx.results.add(m, label, "fp16", "speedup_vs_intuitive", bw[m] / bw[BASELINE], "x", verified=True)

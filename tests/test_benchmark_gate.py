@@ -137,3 +137,316 @@ def test_gate_refuses_other_gpu(project):
     assert res.returncode != 0, out
     assert "refusing to compare benchmarks across GPUs" in out, out
     assert "1 passed" not in out, out
+
+
+# --------------------------------------------------------------------------------------------
+# The device-time gate (repro/bench_gate.py, python -m repro bench): synthetic saved runs
+# --------------------------------------------------------------------------------------------
+
+from repro import bench_gate as bg  # noqa: E402
+from repro.cli import main as repro_main  # noqa: E402
+from repro.timing import DeviceClock  # noqa: E402
+
+GPU = "NVIDIA H100 80GB HBM3"
+# (name, device ms per call, relative run-to-run noise of that benchmark)
+SYNTH = [
+    ("test_bench_geglu.py::test_geglu[ours-32x512x768-fp16]", 0.0125, 0.01),
+    ("test_bench_geglu.py::test_geglu[ours-32x512x8192-fp16]", 0.134, 0.005),
+    ("test_bench_geglu.py::test_geglu[intuitive-32x512x768-fp16]", 0.170, 0.01),
+    ("test_bench_geglu.py::test_geglu[torch_eager-32x512x768-fp16]", 0.020, 0.01),
+    ("test_bench_transposable.py::test_transposable[exhaustive-8192x2048-fp16]", 0.025, 0.02),
+    ("test_bench_mvue.py::test_mvue[triton-8192x8192-bf16]", 0.080, 0.08),  # a noisy one
+]
+PLANTED = r"test_geglu\[ours-"
+
+
+def _synthetic_run(ms: dict[str, float], gpu: str = GPU, timer: str = "device-clock/cuda-graph-events-readflush"):
+    benches = []
+    for name, v in ms.items():
+        s = v / 1e3
+        benches.append(
+            {
+                "name": name.split("::")[1],
+                "fullname": name,
+                "extra_info": {"timer": timer, "median_ms": v},
+                "stats": {"median": s, "min": s, "max": s, "mean": s, "rounds": 15, "iterations": 100},
+            }
+        )
+    return {
+        "machine_info": {"gpu": gpu, "gpu_slug": "nvidia-h100-80gb-hbm3"},
+        "commit_info": {"id": "abc123"},
+        "benchmarks": benches,
+        "datetime": "2026-01-01T00:00:00+00:00",
+    }
+
+
+def _runs(k: int = 3, slow: dict[str, float] | None = None) -> list[dict]:
+    """k runs whose medians move by each benchmark's noise (-1, +1, 0, ... x noise)."""
+    runs = []
+    for i in range(k):
+        sign = (-1, 1, 0, 0.5, -0.5)[i % 5]
+        ms = {n: v * (1 + sign * noise) * (slow or {}).get(n, 1.0) for n, v, noise in SYNTH}
+        runs.append(_synthetic_run(ms))
+    return runs
+
+
+def _now(factor: dict[str, float] | None = None, wiggle: float = 0.5) -> dict:
+    """A new run: every benchmark within half its noise of the baseline, times ``factor``."""
+    return _synthetic_run({n: v * (1 + wiggle * noise) * (factor or {}).get(n, 1.0) for n, v, noise in SYNTH})
+
+
+def test_thresholds_come_from_noise():
+    gate = bg.make_baseline(_runs(3))
+    assert gate["k"] == 3 and gate["gpu"] == GPU
+    for name, v, noise in SYNTH:
+        b = gate["benchmarks"][name]
+        assert b["baseline_ms"] == pytest.approx(v)
+        assert b["spread"] == pytest.approx(noise)
+        assert b["threshold"] == pytest.approx(max(3 * noise, 0.03))
+        assert len(b["runs_ms"]) == 3
+    noisy = gate["benchmarks"]["test_bench_mvue.py::test_mvue[triton-8192x8192-bf16]"]
+    assert noisy["threshold"] == pytest.approx(0.24)  # 3 x 8% spread, above the 3% floor
+
+
+def test_aa_passes():
+    gate = bg.make_baseline(_runs(3))
+    rep = bg.compare(gate, _now(wiggle=0.9))
+    assert not rep.failures and not rep.missing and not rep.new
+    assert "PASSED" in bg.format_report(rep)
+
+
+def test_ab_fails_exactly_the_planted_benchmarks():
+    gate = bg.make_baseline(_runs(3))
+    planted = {n: 1.2 for n, _, _ in SYNTH if "test_geglu[ours-" in n}
+    rep = bg.compare(gate, _now(planted))
+    assert {r.name for r in rep.failures} == set(planted)
+    ok, why = bg.expectation(rep, PLANTED)
+    assert ok, why
+    text = bg.format_report(rep)
+    line = next(s for s in text.splitlines() if s.startswith("FAIL") and "ours-32x512x768" in s)
+    # which benchmark, baseline vs now device time, the change, the threshold and its noise
+    assert "baseline 12.5 us" in line and "now 15.1 us" in line, line
+    assert "> threshold +3.0%" in line and "spread 1.0% over 3 runs" in line, line
+    # a slowdown elsewhere breaks the expectation, and it says which
+    rep2 = bg.compare(gate, _now({**planted, SYNTH[3][0]: 1.2}))
+    ok2, why2 = bg.expectation(rep2, PLANTED)
+    assert not ok2 and "failed but not expected" in why2 and "torch_eager" in why2
+
+
+def test_noisy_benchmark_needs_more_than_its_noise():
+    gate = bg.make_baseline(_runs(3))
+    name = "test_bench_mvue.py::test_mvue[triton-8192x8192-bf16]"
+    assert not bg.compare(gate, _now({name: 1.15})).failures  # 15% < 3 x 8% spread
+    assert [r.name for r in bg.compare(gate, _now({name: 1.35})).failures] == [name]
+
+
+def test_missing_and_new_benchmarks_are_reported():
+    gate = bg.make_baseline(_runs(3))
+    run = _now()
+    gone = run["benchmarks"].pop(0)["fullname"]
+    run["benchmarks"].append({**run["benchmarks"][0], "fullname": "x.py::test_new"})
+    rep = bg.compare(gate, run)
+    assert rep.missing == [gone] and rep.new == ["x.py::test_new"]
+    text = bg.format_report(rep)
+    assert f"MISSING {gone}" in text and "NEW x.py::test_new" in text
+
+
+def test_gate_refuses_bad_inputs():
+    runs = _runs(3)
+    with pytest.raises(bg.GateError, match="at least 2"):
+        bg.make_baseline(runs[:1])
+    with pytest.raises(bg.GateError, match="different GPUs"):
+        bg.make_baseline([*runs[:2], _synthetic_run({SYNTH[0][0]: 1.0}, gpu="NVIDIA H200")])
+    with pytest.raises(bg.GateError, match="DeviceClock"):  # host-timed runs (the old baselines)
+        bg.make_baseline([_synthetic_run({SYNTH[0][0]: 1.0}, timer="host-sync+cuda-events")] * 2)
+    gate = bg.make_baseline(runs)
+    with pytest.raises(bg.GateError, match="across GPUs"):
+        bg.compare(gate, _synthetic_run({n: v for n, v, _ in SYNTH}, gpu="NVIDIA H200"))
+
+
+def test_runs_from_separate_starts_merge(tmp_path):
+    """Runs are files: a baseline from runs saved on two machine starts (python -m repro bench save
+    --runs 0 --from ...), then compare through the command line, exit codes as a gate's."""
+    for start in ("start1", "start2"):
+        (tmp_path / start).mkdir()
+    for i, run in enumerate(_runs(4)):
+        (tmp_path / ("start1" if i < 2 else "start2") / f"run{i}.json").write_text(json.dumps(run))
+    gate_dir = tmp_path / "gate"
+    rc = repro_main(
+        [
+            "bench",
+            "save",
+            "--runs",
+            "0",
+            "--from",
+            str(tmp_path / "start1"),
+            str(tmp_path / "start2"),
+            "--dir",
+            str(gate_dir),
+        ]
+    )
+    assert rc == 0
+    gate = json.loads((gate_dir / "gate.json").read_text())
+    assert gate["k"] == 4 and len(gate["runs"]) == 4
+    (tmp_path / "aa.json").write_text(json.dumps(_now()))
+    planted = {n: 1.25 for n, _, _ in SYNTH if "test_geglu[ours-" in n}
+    (tmp_path / "ab.json").write_text(json.dumps(_now(planted)))
+    report = tmp_path / "ab-report.json"
+    assert repro_main(["bench", "compare", str(tmp_path / "aa.json"), "--gate", str(gate_dir)]) == 0
+    assert repro_main(["bench", "compare", str(tmp_path / "ab.json"), "--gate", str(gate_dir)]) == 1
+    args = ["bench", "compare", str(tmp_path / "ab.json"), "--gate", str(gate_dir / "gate.json")]
+    assert repro_main([*args, "--expect-fail", PLANTED, "--json-out", str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert sorted(data["failures"]) == sorted(planted) and data["expect_fail"]["ok"]
+    assert repro_main([*args, "--expect-fail", "test_transposable"]) == 1  # wrong expectation
+
+
+def test_write_report_files(tmp_path):
+    gate = bg.make_baseline(_runs(3))
+    ok, text = bg.write_report(bg.compare(gate, _now()), tmp_path / "aa-report")
+    assert ok and "PASSED" in text
+    assert json.loads((tmp_path / "aa-report.json").read_text())["passed"]
+    assert (tmp_path / "aa-report.txt").read_text().startswith("kernel regression gate")
+
+
+class _FakeEvent:
+    """A CUDA event stand-in: each recorded pair spans ``PER_CALL_MS`` of "device time"."""
+
+    PER_CALL_MS = 0.25
+
+    def record(self) -> None:
+        pass
+
+    def elapsed_time(self, end) -> float:
+        return self.PER_CALL_MS
+
+
+def test_device_clock_counts_only_device_time():
+    calls = []
+    clock = DeviceClock(event=_FakeEvent, synchronize=lambda: calls.append("sync"), flusher=lambda: calls.append("f"))
+    setups = []
+    timed = clock.wrap(lambda: calls.append("fn") or 7, setup=lambda: setups.append(1))
+    t0 = clock()
+    assert [timed() for _ in range(4)] == [7] * 4
+    t1 = clock()
+    assert t1 - t0 == pytest.approx(4 * 0.25e-3)
+    assert calls == ["f", "fn"] * 4 + ["sync"] and len(setups) == 4
+    assert clock() == t1 and clock.calls == 4  # nothing pending: no sync, no time
+    assert "DeviceClock" in clock.__name__
+
+
+FAKE_CLOCK_BENCH = """\
+import time
+
+import pytest
+
+from repro.timing import DeviceClock
+
+
+class Ev:
+    def record(self):
+        pass
+
+    def elapsed_time(self, end):
+        return 0.5  # ms of "device time" per call
+
+
+CLOCK = DeviceClock(event=Ev, synchronize=lambda: None, flusher=lambda: None)
+
+
+@pytest.mark.benchmark(timer=CLOCK)
+def test_device(benchmark):
+    benchmark.pedantic(CLOCK.wrap(lambda: time.sleep(0.002)), rounds=3, iterations=5)
+"""
+
+
+def test_pytest_benchmark_stores_device_time(tmp_path):
+    """Under the DeviceClock timer, pedantic(iterations=N) stores device time per call, not the
+    host time of the call (2 ms of sleep here vs 0.5 ms of "device time")."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_bench_fake.py").write_text(FAKE_CLOCK_BENCH)
+    out = tmp_path / "run.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(tmp_path / "pytest.ini")]
+    cmd += ["--rootdir", str(tmp_path), "--benchmark-enable", f"--benchmark-json={out}", "test_bench_fake.py"]
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (b,) = json.loads(out.read_text())["benchmarks"]
+    assert b["stats"]["median"] == pytest.approx(0.5e-3)
+    assert b["stats"]["iterations"] == 5 and b["stats"]["rounds"] == 3
+    assert "DeviceClock" in b["options"]["timer"]
+
+
+def test_declarations_are_complete():
+    from repro.kbench.core import PROFILES, all_benches
+
+    benches = all_benches()
+    assert {"transposable", "geglu", "mvue", "masked_decay", "nm_mask"} <= set(benches)
+    for kb in benches.values():
+        assert sum(v.baseline for v in kb.variants.values()) == 1, kb.name
+        for profile in PROFILES:
+            assert kb.cases(profile) and list(kb.gate_params(profile)), (kb.name, profile)
+        assert kb.nbytes is not None or kb.flops is not None, kb.name
+    assert bg.PLANTS["geglu"] == PLANTED
+
+
+def test_gate_check_orchestration(tmp_path, monkeypatch):
+    """``python -m repro bench gate-check`` end to end with the GPU runs faked: baseline of k runs,
+    A/A passes, A/B (REPRO_PLANT_SLOWDOWN) fails exactly the planted benchmarks; files where the
+    lead collects them."""
+    made: list[tuple[str, dict]] = []
+    base_runs = iter(_runs(3))
+
+    def fake_run_suite(json_out, log, select=None, env=None):
+        planted = (env or {}).get("REPRO_PLANT_SLOWDOWN")
+        if planted:
+            run = _now({n: 1.3 for n, _, _ in SYNTH if "test_geglu[ours-" in n})
+        else:
+            run = next(base_runs, None) or _now()
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(run))
+        log.write_text("fake\n")
+        made.append((json_out.name, env or {}))
+        return bg.load_run(json_out)
+
+    monkeypatch.setattr(bg, "run_suite", fake_run_suite)
+    monkeypatch.setattr(bg, "gpu_slug", lambda: "nvidia-h100-80gb-hbm3")
+    assert repro_main(["bench", "gate-check", "--root", str(tmp_path), "--runs", "3"]) == 0
+    assert len(made) == 5 and made[-1][1] == {"REPRO_PLANT_SLOWDOWN": "geglu"}
+    base = tmp_path / "results" / "benchmarks" / "nvidia-h100-80gb-hbm3"
+    assert json.loads((base / "gate" / "gate.json").read_text())["k"] == 3
+    assert len(list((base / "gate" / "runs").glob("*.json"))) == 3
+    summary = json.loads((base / "gate-check" / "summary.json").read_text())
+    assert summary["ok"] and summary["aa"]["ok"] and summary["ab"]["ok"]
+    assert set(summary["wall_s"]) == {"baseline", "aa", "ab"}
+    (ab,) = base.joinpath("gate-check").glob("ab-report-geglu-*.json")
+    assert sorted(json.loads(ab.read_text())["failures"]) == sorted(n for n, _, _ in SYNTH if "ours-" in n)
+
+
+def test_run_suite_command_runs(tmp_path):
+    """The benchmark run that save / check / gate-check start (here on a CPU: the benchmarks run
+    untimed, so the run is refused for having no timings, after pytest passed and wrote its JSON)."""
+    out = tmp_path / "run.json"
+    with pytest.raises(bg.GateError, match="no benchmark was timed"):
+        bg.run_suite(out, tmp_path / "run.log", select="nm_mask and triton and bf16")
+    assert "1 passed" in (tmp_path / "run.log").read_text()
+
+
+def test_save_stops_within_budget(tmp_path, monkeypatch):
+    """With a time budget, the baseline keeps at least 2 runs and stops where the next run (and the
+    A/A and A/B runs still to come) would not fit."""
+    import time
+
+    runs = iter(_runs(5))
+
+    def slow_run_suite(json_out, log, select=None, env=None):
+        time.sleep(0.2)
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(next(runs)))
+        return bg.load_run(json_out)
+
+    monkeypatch.setattr(bg, "run_suite", slow_run_suite)
+    gate = bg.save(tmp_path, 5, [], None, bg.MULT, bg.FLOOR, budget_s=0.5, reserve_runs=2)
+    assert gate["k"] == 2
+    assert bg.save(tmp_path, 3, [], None, bg.MULT, bg.FLOOR)["k"] == 3  # no budget: all runs

@@ -1,17 +1,25 @@
 """pytest-benchmark regression suite for the kernels (``pytest tests/benchmarks``).
 
-On a CUDA GPU every module runs the papers' shapes and times them (host clock around a call that
-ends in ``torch.cuda.synchronize``, plus CUDA events of the same rounds in ``extra_info``); on a
-CPU every benchmark runs once at a tiny shape (Triton through the interpreter), timing disabled,
-so CI checks that the benchmarks and their correctness checks still work.
+What pytest-benchmark stores and compares is **device time per call**: on a CUDA GPU every
+benchmark captures its call in a CUDA graph (:func:`repro.timing.time_fn_kept`, the suites' timer),
+then ``benchmark.pedantic`` runs rounds of ``iterations`` back-to-back replays, L2 flushed before
+each, under :class:`repro.timing.DeviceClock` (the benchmark's timer: it reads the summed CUDA-event
+time of the replays, so launch and synchronise latency never enter). ``stats.median`` is the median
+over rounds of the mean device time per call. On a CPU every benchmark runs once at a tiny shape
+(Triton through the interpreter), timing disabled, so CI checks that the benchmarks and their
+correctness checks still work.
+
+Kernels with a declaration in :mod:`repro.kbench` (transposable, geglu, mvue, masked_decay,
+nm_mask) are benchmarked from it (:func:`declared_params`, :func:`run_declared`): the same inputs,
+check and variants as the suites.
 
 Shared helpers live here (conftest modules should not be imported by tests).
 """
 
 from __future__ import annotations
 
+import math
 import shutil
-import statistics
 import subprocess
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -19,13 +27,19 @@ from typing import Any
 import pytest
 import torch
 
+from repro.kbench.core import Case, KernelBench, Variant, clone_output
 from repro.provenance import device_slug, gpu_name, versions
-from repro.timing import l2_flusher
+from repro.suite import poison
+from repro.timing import DeviceClock, time_fn_kept
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-GPU_ROUNDS, GPU_WARMUP = 30, 5
+GPU_ROUNDS = 15  # rounds per benchmark; stats are over rounds
+ROUND_MS = 10.0  # device time of the timed calls in one round (the L2 flushes between them excluded)
+MIN_ITERATIONS, MAX_ITERATIONS = 3, 200
+CLOCK = DeviceClock("read")  # the GPU benchmarks' pytest-benchmark timer (conftest.py marks them)
+PROFILE = "full" if ON_GPU else "smoke"  # repro.kbench profile: paper shapes on a GPU, tiny on a CPU
 
 
 def paper_params(cases: Iterable[tuple[str, Any, Any]]) -> list[Any]:
@@ -82,6 +96,11 @@ def check_same_gpu(current: dict, saved: dict, source: str = "") -> None:
         )
 
 
+def iterations_for(ms: float) -> int:
+    """Timed calls per round: about ``ROUND_MS`` of device time, within [MIN, MAX]_ITERATIONS."""
+    return int(min(MAX_ITERATIONS, max(MIN_ITERATIONS, math.ceil(ROUND_MS / max(ms, 1e-4)))))
+
+
 def run_benchmark(
     benchmark,
     fn: Callable[[], Any],
@@ -89,61 +108,106 @@ def run_benchmark(
     nbytes: int | None = None,
     flops: float | None = None,
     copy_gbps: float | None = None,
-    setup: Callable[[], None] | None = None,
+    setup: Callable[[], object] | None = None,
+    graph: bool = True,
+    recheck: Callable[[Any], bool] | None = None,
 ) -> Any:
     """Time ``fn`` (already checked for correctness by the caller) and record throughput.
 
-    GPU: ``benchmark.pedantic`` with one iteration per round; each round's setup flushes L2 and
-    synchronises, the timed call synchronises at its end, and CUDA events around the call give
-    the device time of the same rounds (``extra_info['cuda_event_median_ms']``, the basis of the
-    GB/s figures). CPU with timing disabled: one untimed call. Returns ``fn``'s last result.
+    GPU: :func:`repro.timing.time_fn_kept` captures ``fn`` in a CUDA graph (``graph``; a call that
+    syncs with the host is timed uncaptured, and ``extra_info['timer']`` says so) and gives the
+    suites' median; then ``benchmark.pedantic`` runs ``GPU_ROUNDS`` rounds of ``iterations``
+    replays under :data:`CLOCK`, so the stored stats are device seconds per call. ``setup`` runs
+    untimed before every call (restoring an in-place operand). CPU with timing disabled: one
+    untimed call. ``recheck(out)``: afterwards the timed call's own output is poisoned
+    (:func:`repro.suite.poison`), recomputed by the timed call (after ``setup``) and must pass, as
+    the suites' ``RunContext.time_checked``. Returns that output.
     """
-    user_setup = setup
-
-    def setup() -> None:  # pedantic treats a truthy setup() result as (args, kwargs)
-        if user_setup is not None:
-            user_setup()
-
     info = benchmark.extra_info
     info["device"] = device_slug(DEVICE)
     if nbytes is not None:
         info["bytes"] = int(nbytes)
+    held: list[Any] = [None]
+
+    def call() -> Any:
+        held[0] = fn()
+        return held[0]
+
+    def pre() -> None:  # pedantic treats a truthy setup() result as (args, kwargs)
+        if setup is not None:
+            setup()
+
+    timed: Callable[[], Any] = call
+    ms: float | None = None
     if benchmark.disabled:
-        return benchmark.pedantic(fn, setup=setup, rounds=1, iterations=1)
-    if not ON_GPU:  # host timer on a CPU (--benchmark-enable): not a performance claim
+        benchmark.pedantic(call, setup=pre, rounds=1, iterations=1)
+    elif not ON_GPU:  # host timer on a CPU (--benchmark-enable): not a performance claim
         info["timer"] = "host-perf_counter"
-        out = benchmark.pedantic(fn, setup=setup, rounds=3, warmup_rounds=1, iterations=1)
+        benchmark.pedantic(call, setup=pre, rounds=3, warmup_rounds=1, iterations=1)
         ms = benchmark.stats.stats.median * 1e3
     else:
-        flush = l2_flusher("read")  # clean eviction, as the suites' timer (repro/timing.py says why)
-        samples: list[float] = []
-
-        def _setup() -> None:
-            setup()
-            flush()
+        if getattr(benchmark, "_timer", CLOCK) is not CLOCK:
+            raise pytest.UsageError(
+                "GPU benchmarks must run under tests/benchmarks/conftest.py, which makes "
+                "repro.timing.DeviceClock their timer (pytest.mark.benchmark(timer=CLOCK))"
+            )
+        pre()
+        t, timed = time_fn_kept(call, DEVICE, graph=graph)
+        n = iterations_for(t.ms)
+        benchmark.pedantic(CLOCK.wrap(timed, setup), rounds=GPU_ROUNDS, warmup_rounds=1, iterations=n)
+        ms = benchmark.stats.stats.median * 1e3
+        info["timer"] = f"device-clock/{t.timer}"
+        info["iterations"] = n
+        info["repro_timing_ms"] = t.ms  # the suites' number: median of single replays
+    if ms is not None:
+        info["median_ms"] = ms
+        if nbytes is not None and ms > 0:
+            gbps = nbytes / (ms * 1e-3) / 1e9
+            info["gbps"] = gbps
+            if copy_gbps:
+                info["copy_gbps"] = copy_gbps
+                info["pct_of_copy"] = 100.0 * gbps / copy_gbps
+        if flops is not None and ms > 0:
+            info["tflops"] = flops / (ms * 1e-3) / 1e12
+    if recheck is not None:
+        poison(held[0])
+        pre()
+        timed()
+        if ON_GPU:
             torch.cuda.synchronize()
+        assert recheck(held[0]), "the output of the timed call (poisoned, then recomputed) fails its check"
+    return held[0]
 
-        def _timed() -> Any:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            res = fn()
-            end.record()
-            torch.cuda.synchronize()
-            samples.append(start.elapsed_time(end))
-            return res
 
-        out = benchmark.pedantic(_timed, setup=_setup, rounds=GPU_ROUNDS, warmup_rounds=GPU_WARMUP, iterations=1)
-        ms = statistics.median(samples[-GPU_ROUNDS:])
-        info["timer"] = "host-sync+cuda-events"
-        info["cuda_event_median_ms"] = ms
-        info["host_median_ms"] = benchmark.stats.stats.median * 1e3
-    info["median_ms"] = ms
-    if nbytes is not None and ms > 0:
-        gbps = nbytes / (ms * 1e-3) / 1e9
-        info["gbps"] = gbps
-        if copy_gbps:
-            info["copy_gbps"] = copy_gbps
-            info["pct_of_copy"] = 100.0 * gbps / copy_gbps
-    if flops is not None and ms > 0:
-        info["tflops"] = flops / (ms * 1e-3) / 1e12
-    return out
+def declared_params(kb: KernelBench, profile: str = PROFILE) -> list[Any]:
+    """pytest params ``(case, variant)`` of a declaration's regression set, ids ``variant-shape-dtype``."""
+    return [pytest.param(case, v, id=f"{v.name}-{case.label}") for case, v in kb.gate_params(profile)]
+
+
+def run_declared(benchmark, kb: KernelBench, case: Case, variant: Variant, copy_gbps: float | None) -> Any:
+    """Benchmark one variant of a declaration on one case: the kernel's precheck, the variant's
+    output checked, then timed (:func:`run_benchmark`) and the timed call's own output re-checked
+    against the checked one (``kb.same``)."""
+    inp = kb.inputs(case, DEVICE)
+    if kb.precheck is not None:
+        kb.precheck(inp)
+    setup = kb.setup(inp) if kb.setup is not None else None
+    fn = variant(inp)
+    if setup is not None:
+        setup()
+    out = fn()
+    quality = kb.check(inp, variant.name, out)  # CheckFailed (an AssertionError) names what failed
+    want = clone_output(out)
+    del out
+    info = benchmark.extra_info
+    info.update(kernel=kb.name, variant=variant.name, baseline=kb.baseline.name, **quality)
+    return run_benchmark(
+        benchmark,
+        fn,
+        nbytes=kb.nbytes(inp) if kb.nbytes is not None else None,
+        flops=kb.flops(inp) if kb.flops is not None else None,
+        copy_gbps=copy_gbps,
+        setup=setup,
+        graph=variant.graph(inp),
+        recheck=lambda o: kb.same(o, want),
+    )

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.benchmarks import DEVICE, ON_GPU, check_same_gpu
+from tests.benchmarks import CLOCK, DEVICE, ON_GPU, check_same_gpu
 from tests.benchmarks import machine_info as bench_machine_info
 
 HERE = Path(__file__).resolve().parent
@@ -38,6 +38,16 @@ def pytest_configure(config: pytest.Config) -> None:
         bs = getattr(config, "_benchmarksession", None)  # this conftest loaded after the plugin
         if bs is not None:
             bs.disabled = True
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a GPU every benchmark here is timed by repro.timing.DeviceClock: pytest-benchmark's stats
+    are then device seconds per call (tests/benchmarks/__init__.py)."""
+    if not ON_GPU:
+        return
+    for item in items:
+        if HERE in Path(item.path).resolve().parents and "benchmark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.benchmark(timer=CLOCK))
 
 
 def pytest_benchmark_update_machine_info(config, machine_info: dict) -> None:
