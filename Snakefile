@@ -30,6 +30,7 @@ for _suite in SUITES:
 rule run_suite:
     input:
         code=suite_code,
+        data=suite_data,
     output:
         touch(STAMPS / "{suite}.done"),
     log:

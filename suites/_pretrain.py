@@ -40,6 +40,7 @@ CHECKS = (
 )
 OFFLINE_PLUS = "data/offline-en-plus"  # python -m repro data build --corpus offline-en-plus
 OPENWEBTEXT = "data/openwebtext"  # python -m repro data hf openwebtext (needs the hub)
+DATA = {"full": OFFLINE_PLUS}  # corpus per profile that the workflow builds first (smoke writes its own)
 HEADLINE, SWEEP = "headline", "sweep"
 PAPER_LAMBDA_124M = 6e-5  # Hu et al. Table 1, GPT-2 124M
 LAMBDA_GRID = (6e-6, 2e-5, 6e-5, 2e-4, 6e-4)  # Table 1's test: candidates around the paper's value

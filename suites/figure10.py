@@ -23,6 +23,7 @@ ARTIFACT = "figure10"
 TITLE = "Hu et al. 2024 Fig. 10: training loss of GPT-2 124M, dense vs 2:4 recipes"
 CHECKS = P.CHECKS
 PROFILES = P.PROFILES
+DATA = P.DATA
 
 
 def _method(rid: str) -> str:

@@ -24,6 +24,7 @@ ARTIFACT = "figure2"
 TITLE = "Hu et al. 2024 Fig. 2: masked decay on weights vs on gradients (flip rate, loss)"
 CHECKS = P.CHECKS
 PROFILES = P.PROFILES
+DATA = P.DATA
 WEIGHTS, GRADS = f"sweep-decay-weights-{P.lam(6e-5)}", f"sweep-decay-grads-{P.lam(6e-5)}"
 LABELS = {
     "sweep-dense": "dense (mask never applied)",

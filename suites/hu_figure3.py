@@ -24,6 +24,7 @@ ARTIFACT = "figure3"
 TITLE = "Hu et al. 2024 Fig. 3: dense fine-tuning vs dense pre-training vs none (loss)"
 CHECKS = P.CHECKS
 PROFILES = P.PROFILES
+DATA = P.DATA
 LABELS = {
     "sweep-fst": "dense fine-tuning (last 1/6)",
     "sweep-fst-pretrain": "dense pre-training (first 1/6)",

@@ -22,8 +22,8 @@ SLUG = device_slug(DEVICE)
 PROFILE = config.get("profile", "auto")
 if PROFILE == "auto":
     PROFILE = "full" if DEVICE.type == "cuda" else "smoke"
-if PROFILE not in ("smoke", "full"):
-    raise ValueError(f"config profile must be auto, smoke or full, got {PROFILE!r}")
+if PROFILE not in ("smoke", "full", "paper"):
+    raise ValueError(f"config profile must be auto, smoke, full or paper, got {PROFILE!r}")
 PYTHON = shlex.quote(config.get("python") or sys.executable)
 STAMPS = Path(".snakemake-runs") / SLUG / PROFILE
 LOGS = Path("logs") / SLUG / PROFILE
@@ -35,3 +35,12 @@ def suite_code(wildcards):
     from repro.deps import suite_sources
 
     return list(suite_sources(wildcards.suite))
+
+
+def suite_data(wildcards):
+    """The token corpus a training suite reads at this profile (``DATA`` of the suite module: the
+    corpus folder per profile), as the manifest the ``corpus`` rule builds; nothing for the others."""
+    from suites import get_suite
+
+    folder = getattr(get_suite(wildcards.suite), "DATA", {}).get(PROFILE)
+    return [f"{folder}/manifest.json"] if folder else []
