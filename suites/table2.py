@@ -13,11 +13,11 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-import kernels.transposable as transposable_module
-from kernels._common import use_triton
-from kernels.transposable import (
-    _exhaustive_triton,
-    _tiles,
+import kernels.ops.transposable as transposable_module
+from kernels.ops.common import use_triton
+from kernels.ops.transposable import (
+    as_tiles,
+    exhaustive_triton,
     is_transposable_24,
     tile_scores,
     transposable_mask,
@@ -54,7 +54,7 @@ OURS = "exhaustive"
 
 
 def _retained(w: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return _tiles(w.float().abs() * mask).sum(-1)
+    return as_tiles(w.float().abs() * mask).sum(-1)
 
 
 def _capturable(method: str, w: torch.Tensor) -> bool:
@@ -63,7 +63,7 @@ def _capturable(method: str, w: torch.Tensor) -> bool:
     if method == "exhaustive":
         return True
     tiles = w.numel() // 16
-    return method == "approx2" and min(tiles, 1 << 22) < transposable_module._SUBSET_REPAIR_TILES
+    return method == "approx2" and min(tiles, 1 << 22) < transposable_module.SUBSET_REPAIR_TILES
 
 
 def check(ctx: RunContext, w: torch.Tensor, label: str) -> None:
@@ -72,7 +72,7 @@ def check(ctx: RunContext, w: torch.Tensor, label: str) -> None:
     tol = 1e-5 * best + 1e-6
     if use_triton(w):
         poisoned = torch.full(w.shape, 7, dtype=torch.uint8, device=w.device).view(torch.bool)
-        out = _exhaustive_triton(w, out=poisoned)
+        out = exhaustive_triton(w, out=poisoned)
         ctx.check(bool((out.view(torch.uint8) <= 1).all()), f"{label}: exhaustive left unwritten mask bytes")
     for method in METHODS:
         mask = transposable_mask(w, method=METHOD_ARG[method])

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from kernels.geglu import geglu, geglu_bytes, geglu_intuitive
+from kernels.ops.geglu import geglu, geglu_bytes, geglu_intuitive
 from repro.paper import load_paper
 from repro.plots import grouped_bars, new_figure, save
 from repro.suite import RunContext

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.geglu import geglu, geglu_bytes
+from kernels.ops.geglu import geglu, geglu_bytes
 from tests.benchmarks import DEVICE, paper_params, run_benchmark
 from tests.helpers import rel_err
 

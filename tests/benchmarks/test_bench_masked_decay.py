@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.masked_decay import masked_decay_, masked_decay_bytes, masked_decay_reference
+from kernels.ops.masked_decay import masked_decay_, masked_decay_bytes, masked_decay_reference
 from tests.benchmarks import DEVICE, DTYPES, paper_params, run_benchmark
 from tests.helpers import rel_err
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.mvue import mvue24, mvue24_bytes, mvue24_reference, mvue24_uniforms
+from kernels.ops.mvue import mvue24, mvue24_bytes, mvue24_reference, mvue24_uniforms
 from tests.benchmarks import DEVICE, DTYPES, paper_params, run_benchmark
 from tests.helpers import rel_err
 

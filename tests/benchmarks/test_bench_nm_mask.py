@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.nm_mask import nm_mask, nm_mask_reference
+from kernels.ops.nm_mask import nm_mask, nm_mask_reference
 from tests.benchmarks import DEVICE, DTYPES, paper_params, run_benchmark
 
 CASES = [(f"8192x2048-{d}", (8192, 2048, d), (16, 32, d)) for d in ("bf16", "fp32")]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.transposable import _tiles, is_transposable_24, tile_scores, transposable_mask
+from kernels.ops.transposable import as_tiles, is_transposable_24, tile_scores, transposable_mask
 from tests.benchmarks import DEVICE, DTYPES, paper_params, run_benchmark
 
 # the paper's shapes as printed (see suites/table2.py)
@@ -20,7 +20,7 @@ def _optimal_per_tile(w: torch.Tensor, mask: torch.Tensor, step: int = 4096) -> 
     for r in range(0, w.shape[0], step):
         wc, mc = w[r : r + step], mask[r : r + step]
         best = tile_scores(wc, torch.float32).amax(-1)
-        kept = _tiles(wc.abs().float() * mc).sum(-1)
+        kept = as_tiles(wc.abs().float() * mc).sum(-1)
         if not bool((kept >= best * (1 - 1e-5) - 1e-6).all()):
             return False
     return True
