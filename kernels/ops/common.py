@@ -7,7 +7,7 @@ that names the constraint.
 
 Every name here is public: a module that needs a helper from another one finds it here (or as a
 public name of that family's module), never under a ``_`` name of another module
-(``tests/test_private_imports.py``).
+(``tests/test_imports.py``).
 """
 
 from __future__ import annotations

@@ -192,7 +192,7 @@ class TBS(Pattern):
 
 # Row-pair swap sweeps of the TBS(x >= 5) selection. Retained |w| against the LP optimum (mean
 # per configuration n, |N(0,1)| tiles and tiles with row and column scales, x = 8 and 16;
-# tests/test_tbs_select.py): the two starts alone 76-87%, one sweep 98.1-99.1% (worst n 93-98%),
+# tests/kernels/test_tbs_select.py): the two starts alone 76-87%, one sweep 98.1-99.1% (worst n 93-98%),
 # two sweeps 99.3-99.8% (worst n >= 97.1%), three 99.5-99.9%; the wrapped diagonals alone (the
 # former rule) 75-85%. The sweeps are the fused kernel's cost: on an H100, TBS(8) on a 13824x5120
 # bf16 weight takes 0.080 / 0.461 / 0.959 / 1.352 ms at 0 / 1 / 2 / 3 sweeps (88% / 15% / 7% / 5%

@@ -12,7 +12,7 @@ from tests.benchmarks import DEVICE, DTYPES, paper_params, run_benchmark
 from tests.helpers import rel_err
 
 ALPHA = 6e-5
-TOL = {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}  # as tests/test_masked_decay.py
+TOL = {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}  # as tests/kernels/test_masked_decay.py
 SHAPES = [(8192, 8192), (3072, 768)]
 CASES = [(f"{r}x{c}-{d}", (r, c, d), (16, 32, d)) for r, c in SHAPES for d in ("bf16", "fp32")]
 
