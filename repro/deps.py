@@ -1,7 +1,7 @@
 """The source files a suite's numbers depend on: its module and everything it imports from this
 repository (``kernels``, ``repro``, ``suites``), followed transitively, imports inside functions
 included, read from the source (nothing is imported). A package's ``__init__`` is listed but its
-own imports are not followed: it re-exports every module, and ``import kernels.geglu`` does not
+own imports are not followed: it re-exports every module, and ``import kernels.ops.geglu`` does not
 make a GEGLU table depend on the flex-SS kernels in any way that changes a number. The Snakemake
 rules take them as inputs (a change re-runs the suite) and :mod:`repro.staleness` asks git
 whether any changed since a result's commit."""

@@ -114,14 +114,14 @@ RELATIONS = {">": float.__gt__, "<": float.__lt__, "==": float.__eq__}
 
 def load_claims(paper: str, artifact: str) -> pd.DataFrame:
     """The qualitative claims a paper makes about a figure that prints no numbers
-    (``<paper>_claims.csv``), each as a testable statement: ``metric relation threshold``, with
+    (``claims_<paper>.csv``), each as a testable statement: ``metric relation threshold``, with
     the reason for the threshold (the paper's words rarely give one). ``threshold`` is float."""
-    df = _read_csv(f"{paper}_claims.csv")
+    df = _read_csv(f"claims_{paper}.csv")
     if tuple(df.columns) != CLAIM_COLUMNS:
-        raise ValueError(f"{paper}_claims.csv: columns {list(df.columns)} != {list(CLAIM_COLUMNS)}")
+        raise ValueError(f"claims_{paper}.csv: columns {list(df.columns)} != {list(CLAIM_COLUMNS)}")
     bad = sorted(set(df["relation"]) - set(RELATIONS))
     if bad:
-        raise ValueError(f"{paper}_claims.csv: unknown relations {bad}; known: {sorted(RELATIONS)}")
+        raise ValueError(f"claims_{paper}.csv: unknown relations {bad}; known: {sorted(RELATIONS)}")
     df = df[df["artifact"] == artifact].reset_index(drop=True)
     if df.empty:
         raise ValueError(f"no claims stored for {paper} {artifact}")

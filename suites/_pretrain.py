@@ -304,7 +304,7 @@ def run_rows(ctx: RunContext, method: str, run_id: str, run_dir: Path) -> None:
 
 
 def add_claim(ctx: RunContext, metric: str, value: float, runs: Iterable[str]) -> None:
-    """One measured quantity a claim of ``repro/paper_data/hu2024_claims.csv`` is tested on."""
+    """One measured quantity a claim of ``repro/paper_data/claims_hu2024.csv`` is tested on."""
     scale = ",".join(runs)
     ctx.results.add("claim", scale, dtype_label(ctx), metric, float(value), "", variant=metric, verified=False)
 

@@ -4,7 +4,7 @@ and never applied), STE, and STE with masked decay at several lambda_W, same sch
 
 The paper shows Transformer-base on WMT14 and prints no numbers: its claims (dense rises then
 declines; STE's flip rate explodes above dense; larger lambda_W, smaller flip rate) are tested on
-our curves (``repro/paper_data/hu2024_claims.csv``). Ours: a 6-layer d=384 GPT-2 on the offline
+our curves (``repro/paper_data/claims_hu2024.csv``). Ours: a 6-layer d=384 GPT-2 on the offline
 corpus (see ``suites/_pretrain.py`` for the scale); the decay is on the gradients (Eq. 10).
 """
 

@@ -9,12 +9,12 @@ number of layers (all blocks have the same shapes). Every method is set up once 
 call, as a training loop holds it, and every call is device-only:
 
 - ``torch`` / ``torch_compiled``: the PyTorch implementation (largest-remainder configuration
-  choice), written as an expert would (``kernels.flex_torch``: top-k pivot, vectorised tiles, no
+  choice), written as an expert would (``kernels.ops.flex_torch``: top-k pivot, vectorised tiles, no
   host sync), eager and ``torch.compile``d; compiled on the 460M model only (the other models'
   shapes would each need their own compilation).
 - ``vegeta`` / ``vegeta_compiled``: the Vegeta-based method (nearest configuration, then a
   correction), likewise.
-- ``fast``: ``kernels.flex.FlexMasker`` (device two-pass histogram pivot, fused mask kernels).
+- ``fast``: ``kernels.ops.flex.FlexMasker`` (device two-pass histogram pivot, fused mask kernels).
 - ``nm_mask`` (2:4 only): our Triton n:m kernel per weight. A fixed n:m pattern needs no pivot,
   so FAST's 2:4 runs the same kernel.
 
@@ -39,11 +39,19 @@ import pandas as pd
 import torch
 from matplotlib.ticker import ScalarFormatter
 
-from kernels._common import use_triton
-from kernels.flex import FlexMasker, flex_mask, flex_mask_reference, mask_quality, needs_pivot, tie_share, tile_counts
-from kernels.flex_torch import TorchFlexMasker
-from kernels.nm_mask import nm_mask, nm_mask_reference
-from kernels.patterns import NM, TBS, parse_pattern
+from kernels.ops.common import use_triton
+from kernels.ops.flex import (
+    FlexMasker,
+    flex_mask,
+    flex_mask_reference,
+    mask_quality,
+    needs_pivot,
+    tie_share,
+    tile_counts,
+)
+from kernels.ops.flex_torch import TorchFlexMasker
+from kernels.ops.nm_mask import nm_mask, nm_mask_reference
+from kernels.ops.patterns import NM, TBS, parse_pattern
 from repro.models.llama import CONFIGS, LlamaConfig, block_linear_shapes
 from repro.paper import load_paper
 from repro.plots import PALETTE, grouped_bars, new_figure, save
@@ -96,7 +104,7 @@ def task_bytes(weights: list[torch.Tensor], pattern) -> int:
 
 def _pivot_and_tie(weights: list[torch.Tensor], pattern) -> tuple[float, float]:
     """The block's exact pivot and float32 tie share (what the kernels see); none for n:m."""
-    from kernels.pivot import find_pivot
+    from kernels.ops.pivot import find_pivot
 
     if not needs_pivot(pattern):
         return 0.0, 1.0
@@ -301,8 +309,8 @@ def _heuristic_gap(ctx: RunContext, gen: torch.Generator) -> None:
     """Retained-|W| gap to the exact optimum (LP) of TBS(8,8)'s selection (two starts and row-pair
     swaps) and of the wrapped-diagonal heuristic it replaced, per configuration n, on sample tiles
     with row and column scales (as trained layers have)."""
-    from kernels.patterns import tbs_select_circulant
-    from kernels.tbs_exact import tbs_select_exact
+    from kernels.ops.patterns import tbs_select_circulant
+    from kernels.ops.tbs_exact import tbs_select_exact
 
     count = 64 if ctx.profile == "full" else 8
     g = torch.Generator().manual_seed(5)

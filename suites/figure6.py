@@ -198,11 +198,11 @@ def _measure(
 def _breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
     """Device time of each part of the fst FFN's fwd+bwd, timed on its own (graph replays), beside
     what the dense FFN pays in their place under mixed precision (weight casts)."""
-    from kernels.cslt_pack import cslt_decay_cast_pruned, cslt_gelu_backward_mvue_pack_t, cslt_pack_mvue_t
-    from kernels.masked_decay import masked_decay_cast_nocheck
-    from kernels.mvue import mvue24_seed_tensor
-    from kernels.sparse_gemm import pack_pair_operands, refresh_pair_operands
-    from kernels.transposable import transposable_mask
+    from kernels.ops.cslt_pack import cslt_decay_cast_pruned, cslt_gelu_backward_mvue_pack_t, cslt_pack_mvue_t
+    from kernels.ops.masked_decay import masked_decay_cast_nocheck
+    from kernels.ops.mvue import mvue24_seed_tensor
+    from kernels.ops.sparse_gemm import pack_pair_operands, refresh_pair_operands
+    from kernels.ops.transposable import transposable_mask
 
     dev, bf = ctx.device, amp_dtype()
     t_tok, f = batch * n, 4 * d

@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from kernels.pivot import find_pivot, find_pivot_stats
+from kernels.ops.pivot import find_pivot, find_pivot_stats
 from repro.suite import RunContext
 from suites._common import Verdict
 

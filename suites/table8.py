@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from kernels.transposable import transposable_mask
+from kernels.ops.transposable import transposable_mask
 from repro.checks import rel_err
 from repro.models.gpt2 import CONFIGS, GPT2Config, build_gpt2
 from repro.paper import load_paper

@@ -10,9 +10,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 def emulated_cusparselt(monkeypatch):
     """SparseLinear takes its cuSPARSELt path on the CPU: our packing kernels run (through the
     interpreter) and the 2:4 GEMM multiplies the unpacked operand."""
-    import kernels.sparse_gemm as sg_mod
-    import kernels.sparse_linear as sl_mod
-    from kernels.cslt_pack import cslt_unpack_reference
+    import kernels.layers.sparse_linear as sl_mod
+    import kernels.ops.sparse_gemm as sg_mod
+    from kernels.ops.cslt_pack import cslt_unpack_reference
 
     def mm_packed(packed, a_shape, b, *, transpose_result=False, bias=None):
         y = cslt_unpack_reference(packed, *a_shape).float() @ b.float()
@@ -24,4 +24,17 @@ def emulated_cusparselt(monkeypatch):
     monkeypatch.setattr(sl_mod, "cslt_refusal", lambda *a, **k: None)
     monkeypatch.setattr(sl_mod, "cslt_mm_packed", mm_packed)
     monkeypatch.setattr(sg_mod, "layout_matches", lambda device, dtype: True)
+    return True
+
+
+@pytest.fixture
+def plain_torch(monkeypatch):
+    """Run the plain-PyTorch paths of the kernels (fast on CPU; the Triton paths are covered by
+    the exact tests, which run them through the interpreter)."""
+    import kernels.ops.masked_decay as md_mod
+    import kernels.ops.mvue as mvue_mod
+    import kernels.ops.transposable as tr_mod
+
+    for mod in (mvue_mod, md_mod, tr_mod):
+        monkeypatch.setattr(mod, "use_triton", lambda t: False)
     return True

@@ -476,7 +476,7 @@ def gpt2_encoding(cache: Path, progress: Callable[..., None] | None = None, requ
         if not info["identical_to_openai_gpt2"]:
             raise DataError(f"{archive} does not hold OpenAI's GPT-2 vocab.bpe/encoder.json (sha256 differs)")
         check_gpt2(enc)
-    info.update(package=_package_info(GPT2_ENCODER, archive))
+    info.update(package=package_info(GPT2_ENCODER, archive))
     return enc, info
 
 
@@ -484,7 +484,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _package_info(pkg: Package, archive: Path) -> dict[str, Any]:
+def package_info(pkg: Package, archive: Path) -> dict[str, Any]:
     info = {"package" if k == "name" else k: v for k, v in asdict(pkg).items()}
     return {**info, "archive_sha256": _sha256(archive), "fetch": " ".join(pkg.fetch_command(Path("CACHE")))}
 
@@ -525,7 +525,7 @@ def build_offline(
     for name in sorted(set(sources)):
         pinned, reader, notes = SOURCES[name]
         archive, pkg = fetch(pinned, cache, progress, allow_version_drift=allow_version_drift)
-        entry = {"name": name, **_package_info(pkg, archive), "notes": notes}
+        entry = {"name": name, **package_info(pkg, archive), "notes": notes}
         if pkg != pinned:
             entry.update(pinned_version=pinned.version, pinned_archive=pinned.archive, version_drift=True)
         if pkg.registry == "debian":

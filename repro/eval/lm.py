@@ -56,7 +56,7 @@ def model_max_length(model: nn.Module) -> int:
     return n
 
 
-class _Encoder:
+class Encoder:
     """encode/decode/eot of a tiktoken Encoding or any object with ``encode``/``decode`` and
     ``eot_token`` (or ``eos_token_id``). Special-token text is encoded as ordinary text."""
 
@@ -99,7 +99,7 @@ class ReproLM(_Base):
             device = next(model.parameters()).device
         self._device = torch.device(device)
         self.model = model.to(self._device).eval()
-        self.enc = _Encoder(tokenizer if tokenizer is not None else gpt2_tokenizer(), eot_token_id)
+        self.enc = Encoder(tokenizer if tokenizer is not None else gpt2_tokenizer(), eot_token_id)
         self.max_length = int(max_length) if max_length is not None else model_max_length(model)
         self.batch_size = batch_size
         if autocast == "auto":

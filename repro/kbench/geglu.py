@@ -10,7 +10,7 @@ from functools import cached_property
 
 import torch
 
-from kernels.geglu import geglu, geglu_bytes, geglu_intuitive
+from kernels.ops.geglu import geglu, geglu_bytes, geglu_intuitive
 from repro.checks import rel_err
 from repro.kbench.core import Case, KernelBench, require
 

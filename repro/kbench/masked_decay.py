@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.masked_decay import masked_decay_bytes, masked_decay_nocheck_, masked_decay_reference
+from kernels.ops.masked_decay import masked_decay_bytes, masked_decay_nocheck_, masked_decay_reference
 from repro.checks import rel_err
 from repro.kbench.core import Case, KernelBench, require
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.mvue import mvue24_bytes, mvue24_nocheck, mvue24_reference, mvue24_uniforms
+from kernels.ops.mvue import mvue24_bytes, mvue24_nocheck, mvue24_reference, mvue24_uniforms
 from repro.checks import rel_err
 from repro.kbench.core import Case, KernelBench, require
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.nm_mask import nm_mask, nm_mask_reference
+from kernels.ops.nm_mask import nm_mask, nm_mask_reference
 from repro.kbench.core import Case, KernelBench, require
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}

@@ -10,9 +10,9 @@ from functools import cached_property
 
 import torch
 
-import kernels.transposable as transposable_module
-from kernels._common import use_triton
-from kernels.transposable import _exhaustive_triton, _tiles, is_transposable_24, tile_scores, transposable_mask
+import kernels.ops.transposable as transposable_module
+from kernels.ops.common import use_triton
+from kernels.ops.transposable import as_tiles, exhaustive_triton, is_transposable_24, tile_scores, transposable_mask
 from repro.kbench.core import Case, KernelBench, require
 
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
@@ -43,7 +43,7 @@ def _inputs(case: Case, device: torch.device, gen: torch.Generator) -> Inputs:
 
 
 def retained(w: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return _tiles(w.float().abs() * mask).sum(-1)
+    return as_tiles(w.float().abs() * mask).sum(-1)
 
 
 def _check(inp: Inputs, variant: str, mask: torch.Tensor) -> dict[str, float]:
@@ -65,7 +65,7 @@ def _precheck(inp: Inputs) -> None:
     w = inp.w
     if use_triton(w):
         poisoned = torch.full(w.shape, 7, dtype=torch.uint8, device=w.device).view(torch.bool)
-        out = _exhaustive_triton(w, out=poisoned)
+        out = exhaustive_triton(w, out=poisoned)
         require(bool((out.view(torch.uint8) <= 1).all()), "exhaustive left unwritten mask bytes")
 
 
@@ -83,7 +83,7 @@ TRANSPOSABLE = KernelBench(
 def _approx2_capturable(inp: Inputs) -> bool:
     """approx2 syncs with the host (a synced subset completes stalled tiles) above a size."""
     tiles = inp.w.numel() // 16
-    return min(tiles, 1 << 22) < transposable_module._SUBSET_REPAIR_TILES
+    return min(tiles, 1 << 22) < transposable_module.SUBSET_REPAIR_TILES
 
 
 @TRANSPOSABLE.variant(

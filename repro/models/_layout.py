@@ -7,7 +7,7 @@ from torch import nn
 
 def prefer_col_major_output(linear: nn.Module) -> None:
     """Ask a linear that can write its output column-major (``output_layout``, as
-    ``kernels.sparse_linear.SparseLinear`` has) to do so: the FFN's inner activation is then read
+    ``kernels.layers.sparse_linear.SparseLinear`` has) to do so: the FFN's inner activation is then read
     element-wise by the activation and as a GEMM operand by the next linear, and its gradient is
     column-major in the backward, where the 2:4 weight-gradient operand is packed from rows (Hu et
     al. 2024, App. A.3). Others (nn.Linear) are left as they are."""

@@ -10,7 +10,7 @@ The two FFN linears (``mlp.fc``: d -> d_ff, or d -> 2 * d_ff for GEGLU/SwiGLU wi
 first; ``mlp.proj``: d_ff -> d) are the ones 2:4 training replaces. They are built through a
 ``linear_factory(in_features, out_features, bias=...) -> nn.Module`` so any FFN linear can be
 swapped; attention linears through ``attn_linear_factory``. Defaults are ``nn.Linear``; with
-``ffn_mode`` naming a ``kernels.sparse_linear.SparseLinear`` mode ("fst", "srste", "weight24", ...)
+``ffn_mode`` naming a ``kernels.layers.sparse_linear.SparseLinear`` mode ("fst", "srste", "weight24", ...)
 and no factory, the FFN linears are ``SparseLinear(..., mode=ffn_mode)``. ``ffn_mode="half"``
 halves the FFN inner width: the paper's iso-FLOP dense baseline for a 2:4 FFN.
 
@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.sparse_activation import fst_gated, fst_gelu
+from kernels.layers.sparse_activation import fst_gated, fst_gelu
 from repro.models._layout import prefer_col_major_output
 
 __all__ = [
@@ -76,21 +76,21 @@ LinearFactory = Callable[..., nn.Module]
 
 INIT_STD = 0.02
 FFN_KINDS = ("gelu", "geglu", "swiglu")
-# ffn_mode values handled here; any other string must be a mode of kernels.sparse_linear.SparseLinear.
+# ffn_mode values handled here; any other string must be a mode of kernels.layers.sparse_linear.SparseLinear.
 _DENSE_MODES = ("dense", "half")
 _KNOWN_SPARSE_MODES = ("fst", "srste", "weight24")
 _GELU_APPROXIMATIONS = ("none", "tanh")
 
 
 def _sparse_linear_module():
-    """kernels.sparse_linear, imported lazily (it pulls in Triton); a clear ImportError if it is absent."""
+    """kernels.layers.sparse_linear, imported lazily (it pulls in Triton); a clear ImportError if it is absent."""
     try:
-        return importlib.import_module("kernels.sparse_linear")
+        return importlib.import_module("kernels.layers.sparse_linear")
     except ModuleNotFoundError as e:
-        if e.name not in ("kernels.sparse_linear", "kernels"):
+        if e.name not in ("kernels.layers.sparse_linear", "kernels"):
             raise
         raise ImportError(
-            "ffn_mode names a SparseLinear mode, but kernels.sparse_linear is not available; "
+            "ffn_mode names a SparseLinear mode, but kernels.layers.sparse_linear is not available; "
             "pass linear_factory=... or use ffn_mode='dense' / 'half'"
         ) from e
 
@@ -173,7 +173,7 @@ def _check_pos_int(name: str, v: object) -> None:
 
 
 def _check_sparse_mode(mode: str) -> None:
-    """Accept a mode string unknown here only if kernels.sparse_linear lists it."""
+    """Accept a mode string unknown here only if kernels.layers.sparse_linear lists it."""
     try:
         mod = _sparse_linear_module()
     except ImportError:
@@ -277,7 +277,7 @@ class GPT2MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self.fc(x)
-        # F.gelu / kernels.geglu, whose backward also packs fc's weight-gradient operand when fc is fst
+        # F.gelu / kernels.ops.geglu, whose backward also packs fc's weight-gradient operand when fc is fst
         if self.kind == "gelu":
             a = fst_gelu(z, self.fc, self.approximate)
         else:

@@ -2,7 +2,7 @@
 as JSON beside the run and inside every checkpoint, so a run can be repeated and a resume can refuse
 to continue under different settings.
 
-The sparse recipe is Hu et al. 2024's: ``mode`` picks the FFN linears (``kernels.sparse_linear``),
+The sparse recipe is Hu et al. 2024's: ``mode`` picks the FFN linears (``kernels.layers.sparse_linear``),
 ``decay`` is lambda_W (masked decay), ``decay_on`` puts it on the gradient (the paper's Eq. 10) or on
 the weights after the optimizer step (Eq. 8, the SR-STE original, for Fig. 2), ``mvue`` switches fst's
 unbiased 2:4 weight-gradient estimator, ``dense_phase`` chooses dense fine-tuning (last

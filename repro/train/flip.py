@@ -16,7 +16,7 @@ __all__ = ["FlipTracker", "nm24_mask"]
 
 def nm24_mask(w: torch.Tensor) -> torch.Tensor:
     """2 largest |w| of every 4 along the input dimension (ties to the lower index), no host sync."""
-    from kernels.nm_mask import nm_mask
+    from kernels.ops.nm_mask import nm_mask
 
     return nm_mask(w.detach(), 2, 4, dim=1, check_finite=False)
 

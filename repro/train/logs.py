@@ -59,7 +59,7 @@ def _truncate(path: Path, header: list[str], last_step: int) -> None:
 
 
 @dataclass
-class _Pending:
+class Pending:
     step: int
     tokens: int
     step_tokens: int
@@ -81,7 +81,7 @@ class RunLog:
     def __init__(self, run_dir: Path, layers: list[str], start_step: int, enabled: bool = True) -> None:
         self.enabled = enabled
         self.header = log_columns(layers)
-        self.pending: deque[_Pending] = deque()
+        self.pending: deque[Pending] = deque()
         self.losses: list[float] = []
         self.times_ms: list[float] = []
         self.tokens_per_s: list[float] = []
@@ -98,7 +98,7 @@ class RunLog:
                 csv.writer(fh).writerow(header)
             self._fh[name] = fh
 
-    def add(self, rec: _Pending) -> None:
+    def add(self, rec: Pending) -> None:
         self.pending.append(rec)
         self.drain(block=False)
 

@@ -26,7 +26,7 @@ from repro.models.gpt2 import ffn_linears
 from repro.train.checkpoint import load_checkpoint, restore, save_checkpoint
 from repro.train.config import TrainConfig
 from repro.train.flip import FlipTracker
-from repro.train.logs import RunLog, _Pending
+from repro.train.logs import Pending, RunLog
 from repro.train.parts import (
     TrainData,
     build_model,
@@ -142,7 +142,7 @@ def train(
                 loss = loss / d.world
             rates = flips.measure()
             tokens += step_tokens
-            log.add(_Pending(step + 1, tokens, step_tokens, lr, loss, out.grad_norm, rates, t0, now(device)))
+            log.add(Pending(step + 1, tokens, step_tokens, lr, loss, out.grad_norm, rates, t0, now(device)))
             if on_step is not None:
                 on_step(step + 1)
             if d.main and (step + 1 == cfg.steps or (cfg.eval_every and (step + 1) % cfg.eval_every == 0)):

@@ -65,7 +65,7 @@ def build_model(cfg: TrainConfig, device: torch.device) -> nn.Module:
     recipe (decay on the gradient, MVUE switch; the dense phase is driven by the loop)."""
     factory = None
     if cfg.sparse:
-        from kernels.sparse_linear import SparseLinear
+        from kernels.layers.sparse_linear import SparseLinear
 
         kw: dict[str, Any] = {"mvue": cfg.mvue} if cfg.mode == "fst" else {}
         factory = functools.partial(

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels.cslt_pack import cslt_keep_mask_reference, cslt_pack, cslt_pack_mvue_t, cslt_unpack_reference
-from kernels.mvue import mvue24_nocheck, mvue24_uniforms
+from kernels.ops.cslt_pack import cslt_keep_mask_reference, cslt_pack, cslt_pack_mvue_t, cslt_unpack_reference
+from kernels.ops.mvue import mvue24_nocheck, mvue24_uniforms
 
 DEV = torch.device("cuda")
 

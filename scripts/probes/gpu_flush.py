@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from kernels.geglu import geglu  # noqa: E402
+from kernels.ops.geglu import geglu  # noqa: E402
 from repro.timing import time_gpu  # noqa: E402
 
 big = torch.randn(512 * 2**20, device="cuda")

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from kernels.transposable import transposable_mask  # noqa: E402
+from kernels.ops.transposable import transposable_mask  # noqa: E402
 from repro.timing import time_gpu  # noqa: E402
 
 dev, bf = torch.device("cuda"), torch.bfloat16

@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-import kernels.sparse_gemm as sg
+import kernels.ops.sparse_gemm as sg
 from repro.timing import time_fn
 from suites import figure6
 from suites._training_bench import amp, fwd_bwd

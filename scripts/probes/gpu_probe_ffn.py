@@ -53,7 +53,7 @@ def main() -> None:
         d, batch = (int(v) for v in a.split(":"))
         figure6._measure(ctx, "ffn", figure6._cfg(d, n), batch, n, ("fst", "weight24", "half"))
         figure6._breakdown(ctx, d, batch, n)
-    import kernels.sparse_gemm as sg
+    import kernels.ops.sparse_gemm as sg
 
     for key, cfg in sg._ALG_CACHE.items():  # the cuSPARSELt configs this process chose by timing
         print(f"cslt config {key}: {cfg}", flush=True)

@@ -5,7 +5,7 @@
    baselines can use), our two-pass 16-bit histogram (FlexMasker's), and histogram variants with
    fewer bins per pass reading the weights in place through a pointer table (one launch for all
    weights, no concatenation copy): GB/s per pass.
-2. The strong baselines (kernels.flex_torch, eager and compiled, graph-replayed) against FAST's
+2. The strong baselines (kernels.ops.flex_torch, eager and compiled, graph-replayed) against FAST's
    FlexMasker (graph-replayed), per pattern, % of copy bandwidth.
 """
 
@@ -20,9 +20,9 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from kernels.flex import FlexMasker  # noqa: E402
-from kernels.flex_torch import TorchFlexMasker  # noqa: E402
-from kernels.patterns import parse_pattern  # noqa: E402
+from kernels.ops.flex import FlexMasker  # noqa: E402
+from kernels.ops.flex_torch import TorchFlexMasker  # noqa: E402
+from kernels.ops.patterns import parse_pattern  # noqa: E402
 from repro.models.llama import CONFIGS, block_linear_shapes  # noqa: E402
 from repro.roofline import measure_ceilings  # noqa: E402
 from repro.timing import time_gpu  # noqa: E402
@@ -66,7 +66,7 @@ def scatter_hist() -> None:
 report("index_add_ 32768-bin histogram (one pass)", time_gpu(scatter_hist).ms, nbytes)
 report("histc 2048 bins", time_gpu(lambda: torch.histc(flat.abs().float(), 2048, 0, 0.2)).ms, nbytes)
 
-from kernels._pivot_triton import COUNTS_LEN, hist16_launch  # noqa: E402
+from kernels.ops._pivot_triton import COUNTS_LEN, hist16_launch  # noqa: E402
 
 counts = torch.zeros(COUNTS_LEN, dtype=torch.int64, device=dev)
 f16 = flat.view(torch.int16)

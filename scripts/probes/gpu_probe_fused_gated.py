@@ -1,5 +1,5 @@
 """GPU probe (device tool): the GEGLU / SwiGLU backward fused with MVUE + pack of dZ (the gated
-fst FFN's fc output gradient) against the two passes it replaces (``kernels.geglu``'s backward,
+fst FFN's fc output gradient) against the two passes it replaces (``kernels.ops.geglu``'s backward,
 then ``cslt_pack_mvue_t``), tiles swept and bit-checked against the default launch; then a GEGLU
 GPT-2 FFN (fc: d -> 2 * 4d, proj: 4d -> d) fwd + bwd: dense, fst with the fused backward, and fst
 with the unfused one, checked against the masked dense twin first, 3 interleaved rounds.
@@ -15,10 +15,10 @@ from functools import partial
 
 import torch
 
-import kernels._cslt_pack_triton as kt
+import kernels.ops._cslt_pack_triton as kt
 import repro.models.gpt2 as gpt2_mod
-from kernels.cslt_pack import _alloc, cslt_gated_backward_mvue_pack_t, cslt_pack_mvue_t
-from kernels.geglu import _empty, _launch_bwd, geglu
+from kernels.ops.cslt_pack import _alloc, cslt_gated_backward_mvue_pack_t, cslt_pack_mvue_t
+from kernels.ops.geglu import empty_in_layout, geglu, launch_backward
 from repro.timing import time_fn
 
 DEV = torch.device("cuda")
@@ -53,13 +53,13 @@ def _sweep(t: int, r: int, layout: str) -> None:
     col = layout == "col"
     seed = torch.tensor([3], dtype=torch.int64, device=DEV)
     dz, packed = cslt_gated_backward_mvue_pack_t(z, g, seed.fill_(3), "geglu", "tanh")
-    sep_dz = _empty(z, 2 * r, col)
-    _launch_bwd(z, g, sep_dz, col, 1)  # kernels.geglu's backward (tanh GELU)
+    sep_dz = empty_in_layout(z, 2 * r, col)
+    launch_backward(z, g, sep_dz, col, 1)  # kernels.ops.geglu's backward (tanh GELU)
     same_pack = torch.equal(_bits(packed), _bits(cslt_pack_mvue_t(dz, seed.fill_(3))))
     same_dz = torch.equal(dz, sep_dz)
     nbytes = 2 * (2 * r * t + r * t + 2 * r * t) + 2 * r * t + 2 * r * t // 8  # z, g, dz; values, metadata
-    sep = time_fn(lambda: cslt_pack_mvue_t(_launch_bwd(z, g, sep_dz, col, 1) or sep_dz, seed), DEV)
-    bwd = time_fn(lambda: _launch_bwd(z, g, sep_dz, col, 1), DEV)
+    sep = time_fn(lambda: cslt_pack_mvue_t(launch_backward(z, g, sep_dz, col, 1) or sep_dz, seed), DEV)
+    bwd = time_fn(lambda: launch_backward(z, g, sep_dz, col, 1), DEV)
     print(
         f"T={t} r={r} {layout}-major: pack == cslt_pack_mvue_t(dz): {same_pack}; dz == geglu backward: {same_dz}; "
         f"separate {sep.ms:.3f} ms (geglu bwd alone {bwd.ms:.3f})",

@@ -11,8 +11,8 @@ import sys
 
 import torch
 
-import kernels._cslt_pack_triton as kt
-from kernels.cslt_pack import _alloc, cslt_gelu_backward_mvue_pack_t, cslt_pack_mvue_t
+import kernels.ops._cslt_pack_triton as kt
+from kernels.ops.cslt_pack import _alloc, cslt_gelu_backward_mvue_pack_t, cslt_pack_mvue_t
 from repro.timing import time_fn
 
 DEV = torch.device("cuda")

@@ -11,10 +11,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._cslt_pack_triton import _bits16
-from kernels.cslt_pack import _alloc
-from kernels.geglu import _act_and_grad
-from kernels.mvue import _mvue_group
+from kernels.ops._cslt_pack_triton import _bits16
+from kernels.ops.cslt_pack import _alloc
+from kernels.ops.geglu import act_and_grad
+from kernels.ops.mvue import _mvue_group
 from repro.timing import time_fn
 
 DEV = torch.device("cuda")
@@ -46,7 +46,7 @@ def _variant(
     gr = tl.load(g_ptr + offs, mask=inb, other=0.0).to(tl.float32)
     if ACT:
         h = tl.load(h_ptr + offs, mask=inb, other=0.0).to(tl.float32)
-        _, dact = _act_and_grad(h, 1)
+        _, dact = act_and_grad(h, 1)
         dh = (gr * dact).to(tl.bfloat16)
     else:
         dh = gr.to(tl.bfloat16)

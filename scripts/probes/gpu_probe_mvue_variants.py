@@ -13,10 +13,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._cslt_pack_triton import _bits16
-from kernels.cslt_pack import _alloc, cslt_gelu_backward_mvue_pack_t
-from kernels.geglu import _act_and_grad
-from kernels.mvue import _mvue_group
+from kernels.ops._cslt_pack_triton import _bits16
+from kernels.ops.cslt_pack import _alloc, cslt_gelu_backward_mvue_pack_t
+from kernels.ops.geglu import act_and_grad
+from kernels.ops.mvue import _mvue_group
 from repro.timing import time_fn
 
 DEV = torch.device("cuda")
@@ -45,7 +45,7 @@ def _variant(
     inb = rows[:, None] < m
     h = tl.load(h_ptr + offs, mask=inb, other=0.0).to(tl.float32)
     gr = tl.load(g_ptr + offs, mask=inb, other=0.0).to(tl.float32)
-    _, dact = _act_and_grad(h, 1)
+    _, dact = act_and_grad(h, 1)
     dh = (gr * dact).to(tl.bfloat16)
     tl.store(dh_ptr + offs, dh, mask=inb)
     x = dh.to(tl.float32)

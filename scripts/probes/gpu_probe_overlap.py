@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from kernels.mvue import mvue24_seed_tensor  # noqa: E402
-from kernels.sparse_gemm import cslt_mm_packed, pack_mvue_t_operand, pack_pair_operands, refresh_pair_operands  # noqa: E402
-from kernels.transposable import transposable_mask  # noqa: E402
+from kernels.ops.mvue import mvue24_seed_tensor  # noqa: E402
+from kernels.ops.sparse_gemm import cslt_mm_packed, pack_mvue_t_operand, pack_pair_operands, refresh_pair_operands  # noqa: E402
+from kernels.ops.transposable import transposable_mask  # noqa: E402
 from repro.models.gpt2 import GPT2Block, GPT2Config  # noqa: E402
 from repro.timing import time_gpu  # noqa: E402
 

@@ -1,5 +1,5 @@
 # ruff: noqa: E501, B023
-"""Probe (not a suite): kernels.cslt_pack on the GPU. (1) bit-equality with torch._cslt_compress
+"""Probe (not a suite): kernels.ops.cslt_pack on the GPU. (1) bit-equality with torch._cslt_compress
 (where a mismatch sits: values or metadata), GEMM products through the packed operand; (2) device
 time of our packing vs _cslt_compress vs a copy of the same bytes, at figure6 FFN shapes."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from kernels.cslt_pack import cslt_pack, cslt_pack_mvue_t, cslt_pack_pair, layout_matches  # noqa: E402
-from kernels.mvue import mvue24_seed_tensor  # noqa: E402
-from kernels.transposable import transposable_mask  # noqa: E402
+from kernels.ops.cslt_pack import cslt_pack, cslt_pack_mvue_t, cslt_pack_pair, layout_matches  # noqa: E402
+from kernels.ops.mvue import mvue24_seed_tensor  # noqa: E402
+from kernels.ops.transposable import transposable_mask  # noqa: E402
 from repro.timing import time_gpu  # noqa: E402
 
 dev = torch.device("cuda")

@@ -16,10 +16,10 @@ import sys
 
 import torch
 
-import kernels._cslt_pack_triton as kt
-from kernels.cslt_pack import cslt_pack, cslt_pack_mvue_t, cslt_pack_pair, cslt_repack_pair_values
-from kernels.mvue import mvue24_nocheck
-from kernels.transposable import transposable_mask
+import kernels.ops._cslt_pack_triton as kt
+from kernels.ops.cslt_pack import cslt_pack, cslt_pack_mvue_t, cslt_pack_pair, cslt_repack_pair_values
+from kernels.ops.mvue import mvue24_nocheck
+from kernels.ops.transposable import transposable_mask
 from repro.timing import time_fn
 
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from kernels.cslt_pack import cslt_pack, packed_numel  # noqa: E402
+from kernels.ops.cslt_pack import cslt_pack, packed_numel  # noqa: E402
 
 dev = torch.device("cuda")
 g = torch.Generator(device=dev).manual_seed(0)

@@ -1,8 +1,8 @@
 """GPU probe (not a suite): speed of the fused TBS(x >= 8) mask kernel with the row-pair swap
-selection (``kernels.patterns.tbs_select_swaps``) against the copy bandwidth.
+selection (``kernels.ops.patterns.tbs_select_swaps``) against the copy bandwidth.
 
 For bf16 weights 13824x5120, 24576x3072 and 3072x1024 at density 0.5 (pivot from
-``kernels.pivot.find_pivot``, tie share from ``kernels.flex.tie_share``), times
+``kernels.ops.pivot.find_pivot``, tie share from ``kernels.ops.flex.tie_share``), times
 ``fast_mask_triton`` for TBS(8) and TBS(16) at SWEEPS 0..3 and a few launch settings
 (CIRCULANT_ELEMS, CIRCULANT_WARPS), with ``repro.timing.time_gpu`` (CUDA-graph replays between
 CUDA events, L2 flushed by a read before every sample, median). Before timing, every mask must be
@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-import kernels._flex_triton as ft  # noqa: E402
-from kernels.flex import flex_mask_reference, tie_share  # noqa: E402
-from kernels.patterns import SWEEPS, TBS  # noqa: E402
-from kernels.pivot import find_pivot  # noqa: E402
+import kernels.ops._flex_triton as ft  # noqa: E402
+from kernels.ops.flex import flex_mask_reference, tie_share  # noqa: E402
+from kernels.ops.patterns import SWEEPS, TBS  # noqa: E402
+from kernels.ops.pivot import find_pivot  # noqa: E402
 from repro.roofline import gbps, measure_ceilings  # noqa: E402
 from repro.timing import time_gpu  # noqa: E402
 

@@ -17,9 +17,9 @@ import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kernels._transposable_triton import transposable24_kernel  # noqa: E402
-from kernels.transposable import (  # noqa: E402
-    _exhaustive_triton,
+from kernels.ops._transposable_triton import transposable24_kernel  # noqa: E402
+from kernels.ops.transposable import (  # noqa: E402
+    exhaustive_triton,
     is_transposable_24,
     transposable_mask,
     transposable_mask_reference,
@@ -94,7 +94,7 @@ def sweep_transposable():
                             )
                         )
             best = max((x for x in rows if x["shape"] == f"{r}x{c}" and x["dtype"] == str(dt)), key=lambda x: x["gbps"])
-            default_ms = bench(lambda w=w: _exhaustive_triton(w))
+            default_ms = bench(lambda w=w: exhaustive_triton(w))
             a2 = transposable_mask(w, method="approx2")
             a2_ms = bench(lambda w=w: transposable_mask(w, method="approx2"))
             ref_ms = bench(lambda w=w: transposable_mask_reference(w))

@@ -14,8 +14,8 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from kernels._transposable_triton import transposable24_kernel  # noqa: E402
-from kernels.geglu import _GELU_TANH, _fwd_flat_kernel  # noqa: E402
+from kernels.ops._transposable_triton import transposable24_kernel  # noqa: E402
+from kernels.ops.geglu import GELU_TANH, _fwd_flat_kernel  # noqa: E402
 from repro.timing import time_gpu  # noqa: E402
 
 OUT = Path(os.environ.get("OUT", "sweep_out"))
@@ -39,7 +39,7 @@ for d in (768, 1024, 2048, 4096, 8192):
     for block in (1024, 2048, 4096, 8192, 16384):
         for warps in (4, 8, 16):
             f = partial(
-                _fwd_flat_kernel[(triton.cdiv(n, block),)], z, out, n, ACT=_GELU_TANH, BLOCK=block, num_warps=warps
+                _fwd_flat_kernel[(triton.cdiv(n, block),)], z, out, n, ACT=GELU_TANH, BLOCK=block, num_warps=warps
             )
             gb = nbytes / time_gpu(f).ms / 1e6
             rows.append(

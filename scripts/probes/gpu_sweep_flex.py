@@ -11,10 +11,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-import kernels._flex_triton as ft  # noqa: E402
-from kernels.flex import tie_share  # noqa: E402
-from kernels.patterns import parse_pattern  # noqa: E402
-from kernels.pivot import find_pivot, pivot_and_tie_16bit, pivot_and_tie_16bit_reference  # noqa: E402
+import kernels.ops._flex_triton as ft  # noqa: E402
+from kernels.ops.flex import tie_share  # noqa: E402
+from kernels.ops.patterns import parse_pattern  # noqa: E402
+from kernels.ops.pivot import find_pivot, pivot_and_tie_16bit, pivot_and_tie_16bit_reference  # noqa: E402
 from repro.models.llama import CONFIGS, block_linear_shapes  # noqa: E402
 from repro.roofline import measure_ceilings  # noqa: E402
 from repro.timing import time_gpu  # noqa: E402

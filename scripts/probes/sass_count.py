@@ -18,7 +18,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from kernels import _cslt_pack_triton as pk
+from kernels.ops import _cslt_pack_triton as pk
 
 TARGET = GPUTarget("cuda", 90, 32)
 

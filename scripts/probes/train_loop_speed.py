@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.sparse_linear import SparseLinear
+from kernels.layers.sparse_linear import SparseLinear
 from repro.models.gpt2 import CONFIGS, build_gpt2
 from repro.train import synthetic_batches, train
 

@@ -1,4 +1,4 @@
-"""cuSPARSELt operand packing (kernels.cslt_pack) at the figure6 FFN shapes (d = 2048, 8192 tokens):
+"""cuSPARSELt operand packing (kernels.ops.cslt_pack) at the figure6 FFN shapes (d = 2048, 8192 tokens):
 the MVUE'd gradient [4d, T], the fused MVUE + transpose + pack of dH [T, 4d] (after GELU's or a
 gated activation's backward), and the weight pair
 (W and W^T from a float32 master weight and its transposable mask). Checked before timing: equal
@@ -9,15 +9,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.cslt_pack import (
+from kernels.ops.cslt_pack import (
     cslt_pack,
     cslt_pack_mvue_t,
     cslt_pack_pair,
     cslt_pack_reference,
     packed_numel,
 )
-from kernels.mvue import mvue24_nocheck
-from kernels.transposable import transposable_mask
+from kernels.ops.mvue import mvue24_nocheck
+from kernels.ops.transposable import transposable_mask
 from tests.benchmarks import DEVICE, ON_GPU, paper_params, run_benchmark
 
 BF = torch.bfloat16
@@ -90,7 +90,7 @@ def test_cslt_pack_pair(benchmark, shape, copy_gbps):
 def test_cslt_gelu_backward_mvue_pack_t(benchmark, shape, copy_gbps):
     """The fst FFN's dH: GELU backward and MVUE + pack of dH^T in one pass, from column-major H
     and dA (the layout the fst FFN keeps)."""
-    from kernels.cslt_pack import cslt_gelu_backward_mvue_pack_t
+    from kernels.ops.cslt_pack import cslt_gelu_backward_mvue_pack_t
 
     n, t = shape
     gen = torch.Generator(device=DEVICE).manual_seed(3)
@@ -107,7 +107,7 @@ def test_cslt_gelu_backward_mvue_pack_t(benchmark, shape, copy_gbps):
 def test_cslt_gated_backward_mvue_pack_t(benchmark, shape, copy_gbps):
     """A GEGLU fst FFN's dZ: the gated backward and MVUE + pack of dZ^T [2r, T] in one pass,
     from column-major Z = [gate, up] and dA (r = half the rows of the GRAD shape)."""
-    from kernels.cslt_pack import cslt_gated_backward_mvue_pack_t
+    from kernels.ops.cslt_pack import cslt_gated_backward_mvue_pack_t
 
     n, t = shape
     gen = torch.Generator(device=DEVICE).manual_seed(6)
@@ -124,7 +124,7 @@ def test_cslt_gated_backward_mvue_pack_t(benchmark, shape, copy_gbps):
 @pytest.mark.parametrize("shape", paper_params(WEIGHT))
 def test_cslt_decay_cast_pruned(benchmark, shape, copy_gbps):
     """Masked decay + fp32 cast of a weight gradient from the pruned entries of the refresh."""
-    from kernels.cslt_pack import cslt_decay_cast_pruned, cslt_repack_pair_values
+    from kernels.ops.cslt_pack import cslt_decay_cast_pruned, cslt_repack_pair_values
 
     r, c = shape
     gen = torch.Generator(device=DEVICE).manual_seed(4)

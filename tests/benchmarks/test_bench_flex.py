@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.flex import flex_mask, flex_mask_reference, tie_share
-from kernels.patterns import NM, TBS, Vegeta
-from kernels.pivot import find_pivot
+from kernels.ops.flex import flex_mask, flex_mask_reference, tie_share
+from kernels.ops.patterns import NM, TBS, Vegeta
+from kernels.ops.pivot import find_pivot
 from tests.benchmarks import DEVICE, paper_params, run_benchmark
 
 DENSITY = 0.5

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.pivot import find_pivot, pivot_and_tie_16bit, pivot_and_tie_16bit_reference
+from kernels.ops.pivot import find_pivot, pivot_and_tie_16bit, pivot_and_tie_16bit_reference
 from repro.models.llama import CONFIGS, block_linear_shapes
 from tests.benchmarks import DEVICE, paper_params, run_benchmark
 

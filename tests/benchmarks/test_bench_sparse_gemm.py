@@ -13,7 +13,7 @@ element the GEMM leaves unwritten is NaN and fails the check (``rel_err`` never 
 On a GPU where cuSPARSELt refuses the problem (``backend``, ``cslt_refusal``) the sparse
 benchmarks are skipped, saying why, rather than time the dense fallback under a sparse name; on a
 CPU they run once through the dense fallback (``extra_info['backend'] == 'dense'``). Host cost:
-an eager ``_cslt_sparse_mm`` spends ~1 ms of host time on an H100 (kernels/sparse_gemm.py), which
+an eager ``_cslt_sparse_mm`` spends ~1 ms of host time on an H100 (kernels/ops/sparse_gemm.py), which
 these eager timings include where it exceeds the device time."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.nm_mask import nm_mask
-from kernels.sparse_gemm import Sparse24Weight, cslt_refusal, cslt_sparse_mm
+from kernels.ops.nm_mask import nm_mask
+from kernels.ops.sparse_gemm import Sparse24Weight, cslt_refusal, cslt_sparse_mm
 from tests.benchmarks import DEVICE, ON_GPU, paper_params, run_benchmark
 from tests.helpers import rel_err
 

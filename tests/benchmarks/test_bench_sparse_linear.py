@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from kernels.sparse_linear import SparseLinear
+from kernels.layers.sparse_linear import SparseLinear
 from suites._training_bench import check_against_twin, fwd_bwd
 from tests.benchmarks import DEVICE, ON_GPU, paper_params, run_benchmark
 

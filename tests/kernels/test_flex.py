@@ -1,0 +1,392 @@
+"""FAST flex-SS mask generation: fused Triton kernels (interpreter) vs the PyTorch reference,
+budgets of the three methods, unbiased density of the probabilistic choice, bad inputs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernels.ops._flex_triton import fast_mask_triton, has_fast_kernel
+from kernels.ops.flex import bracket, choose_configs, flex_mask, flex_mask_reference, mask_quality, tile_counts
+from kernels.ops.patterns import NM, TBS, Unstructured, Vegeta
+
+KERNEL_PATTERNS = [TBS(4), TBS(8), Vegeta(4), Vegeta(8), NM(2, 4), NM(4, 8)]
+
+
+def pivot_of(w: torch.Tensor, density: float) -> float:
+    k = round(density * w.numel())
+    return w.abs().float().flatten().topk(k).values[-1].item()
+
+
+def density_for(pattern, d=0.37):
+    return pattern.density(pattern.configs[0]) if len(pattern.configs) == 1 else d
+
+
+@pytest.mark.parametrize("pattern", KERNEL_PATTERNS, ids=str)
+def test_fast_kernel_equals_reference_fp32(pattern):
+    assert has_fast_kernel(pattern)
+    w = torch.randn(16, 256)
+    d = density_for(pattern)
+    piv = pivot_of(w, d)
+    poisoned = fast_mask_triton(w, pattern, piv, seed=7)  # fresh output each call; check bytes
+    assert (poisoned.view(torch.uint8) <= 1).all()
+    ref = flex_mask_reference(w, pattern, d, "fast", 7, piv)
+    assert torch.equal(poisoned, ref)
+    pattern.validate(poisoned)
+
+
+@pytest.mark.parametrize("pattern", [TBS(4), Vegeta(4)], ids=str)
+def test_fast_kernel_bf16_same_configs_and_optimal(pattern):
+    """bf16 has ties between layout sums: compare configurations and retained magnitude."""
+    w = torch.randn(32, 128, dtype=torch.bfloat16)
+    piv = pivot_of(w, 0.5)
+    got = fast_mask_triton(w, pattern, piv, seed=3)
+    ref = flex_mask_reference(w, pattern, 0.5, "fast", 3, piv)
+    assert torch.equal(pattern.tile_configs(got), pattern.tile_configs(ref))
+    mags = pattern.tiles(w.abs().double())
+    kept = lambda m: (mags * pattern.tiles(m)).flatten(1).sum(1)  # noqa: E731
+    assert torch.allclose(kept(got), kept(ref))
+
+
+@pytest.mark.parametrize("pattern", [TBS(4), TBS(8), Vegeta(4)], ids=str)
+@pytest.mark.parametrize("method", ["torch", "vegeta"])
+def test_budget_methods_meet_the_target(pattern, method):
+    w = torch.randn(64, 256)
+    d = 0.43
+    m = flex_mask(w, pattern, d, method=method, pivot=pivot_of(w, d))
+    pattern.validate(m)
+    gap = round(d * w.numel()) - int(m.sum())
+    step = pattern.kept(max(pattern.configs))
+    # largest remainder stays at or below the budget; nearest rounding + correction lands within a step
+    assert (0 <= gap < step) if method == "torch" else (abs(gap) < step)
+
+
+def test_bracket():
+    lo, hi, p = bracket((0, 1, 2, 4), torch.tensor([0.0, 0.5, 1.0, 3.0, 4.0, 5.0]))
+    assert lo.tolist() == [0, 0, 1, 2, 4, 4] and hi.tolist() == [0, 1, 1, 4, 4, 4]
+    assert torch.allclose(p, torch.tensor([0.0, 0.5, 0.0, 0.5, 0.0, 0.0]))
+
+
+def _kept_counts(configs_fn, counts, pattern, seeds):
+    return torch.tensor([float((configs_fn(s) * pattern.unit).sum()) for s in seeds])
+
+
+@pytest.mark.parametrize("pattern", [TBS(4), Vegeta(4)], ids=str)
+def test_fast_density_is_unbiased_and_the_test_has_power(pattern):
+    """E[kept] = sum of the tiles' counts exactly; check the mean over seeds against a 5-sigma
+    bound from the exact per-tile variance, and check a biased rule fails the same bound."""
+    w = torch.randn(64, 256)
+    piv = pivot_of(w, 0.41)
+    _, counts = tile_counts(w, pattern, piv)
+    lo, hi, p = bracket(pattern.configs, counts.float() / pattern.unit)
+    var = float((((hi - lo) * pattern.unit).double() ** 2 * p.double() * (1 - p.double())).sum())
+    target = float(counts.sum())
+    seeds = range(400)
+    kept = _kept_counts(lambda s: choose_configs("fast", pattern, counts, 0, seed=s), counts, pattern, seeds)
+    bound = 5 * math.sqrt(var / len(seeds))
+    assert abs(kept.double().mean().item() - target) <= bound
+    biased = _kept_counts(lambda s: torch.where(p > 0.4, hi, lo), counts, pattern, seeds)  # deterministic rounding
+    assert abs(biased.double().mean().item() - target) > bound
+
+
+def test_density_error_shrinks_with_more_tiles():
+    """16x more tiles: the mean |density error| over 32 seeds falls about 4x (law of large numbers);
+    fixed weights and seeds, so the test cannot fail by chance."""
+    errs = []
+    for rows in (16, 256):
+        w = torch.randn(rows, 256, generator=torch.Generator().manual_seed(rows))
+        piv = pivot_of(w, 0.5)
+        e = [
+            abs(mask_quality(w, flex_mask_reference(w, TBS(4), 0.5, "fast", s, piv), TBS(4), 0.5)["density_error"])
+            for s in range(32)
+        ]
+        errs.append(sum(e) / len(e))
+    assert errs[1] < errs[0] / 2
+
+
+def test_unstructured_is_threshold():
+    w = torch.randn(8, 8)
+    piv = pivot_of(w, 0.25)
+    assert torch.equal(flex_mask(w, Unstructured(), 0.25, pivot=piv), w.abs() >= piv)
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"density": 1.5}, ValueError, r"\[0, 1\]"),
+        ({"density": -0.1}, ValueError, r"\[0, 1\]"),
+        ({"density": float("nan")}, ValueError, r"\[0, 1\]"),
+        ({"density": "half"}, TypeError, "real number"),
+        ({"method": "magic"}, ValueError, "unknown method"),
+        ({"pattern": "TBS(4)"}, TypeError, "Pattern"),
+        ({"pattern": NM(2, 4), "density": 0.3}, ValueError, "fixes the density"),
+        ({"w": torch.randn(6, 8)}, ValueError, "not divisible"),
+        ({"w": torch.ones(8, 8, dtype=torch.int32)}, TypeError, "dtype"),
+        ({"w": torch.full((8, 8), float("nan"))}, ValueError, "NaN"),
+        ({"w": torch.randn(8)}, ValueError, "2-D"),
+    ],
+)
+def test_bad_inputs(kwargs, exc, match):
+    args = {"w": torch.randn(8, 8), "pattern": TBS(4), "density": 0.5, "pivot": 0.5, **kwargs}
+    with pytest.raises(exc, match=match):
+        flex_mask(**args)
+
+
+def test_tie_share_makes_the_budget_exact_with_ties():
+    """bf16-like data: many entries equal the pivot; the tie share keeps E[kept] = k."""
+    from kernels.ops.flex import tie_share
+
+    w = torch.randint(-8, 9, (64, 256)).float()  # 17 values only: massive ties
+    d = 0.5
+    k = round(d * w.numel())
+    piv = pivot_of(w, d)
+    tie = tie_share(w, piv, d)
+    assert 0.0 < tie < 1.0
+    _, counts = tile_counts(w, TBS(4), piv, tie)
+    assert abs(float(counts.sum()) - k) < 1e-2
+    m = flex_mask(w, TBS(4), d, method="torch")  # pivot and tie from w
+    assert 0 <= k - int(m.sum()) < 16
+    kept = [int(flex_mask(w, TBS(4), d, method="fast", seed=s).sum()) for s in range(30)]
+    assert abs(sum(kept) / len(kept) - k) < 0.01 * k
+    ref = flex_mask_reference(w, TBS(4), d, "fast", 5, piv, tie)
+    assert torch.equal(TBS(4).tile_configs(fast_mask_triton(w, TBS(4), piv, 5, tie)), TBS(4).tile_configs(ref))
+
+
+def test_generated_tbs4_kernel_is_current():
+    from kernels.ops._gen_flex_tbs4 import TARGET, render
+
+    assert TARGET.read_text() == render(), "run: python -m kernels.ops._gen_flex_tbs4"
+
+
+# ----------------------------------------------------------------------------- FlexMasker
+
+MASKER_PATTERNS = [TBS(4), TBS(8), Vegeta(4), Vegeta(8), NM(2, 4)]
+
+
+def _block(dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    shapes = ((16, 128), (8, 256), (32, 128))  # shapes every kernel pattern tiles
+    # few distinct magnitudes (multiples of 1/256): the pivot is tied, so the tie share matters
+    return [((torch.randn(*s, generator=g) * 8).round() / 256).to(dtype) for s in shapes]
+
+
+def _expected(ws: list[torch.Tensor], pattern, d: float, seed: int) -> tuple[list[torch.Tensor], float, float]:
+    from kernels.ops.pivot import find_pivot, pivot_and_tie_16bit
+
+    if ws[0].dtype in (torch.bfloat16, torch.float16):
+        piv, tie = pivot_and_tie_16bit(ws, d)
+    else:
+        from kernels.ops.flex import tie_share
+
+        piv = find_pivot(ws, d)
+        tie = tie_share(ws, piv, d)
+    return [flex_mask(w, pattern, d, "fast", seed, piv, tie=tie) for w in ws], piv, tie
+
+
+@pytest.mark.parametrize("pattern", MASKER_PATTERNS, ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_masker_equals_flex_mask(pattern, dtype):
+    """Device pivot + device-pointer mask kernels == host pivot + scalar-argument kernels."""
+    from kernels.ops.flex import FlexMasker
+
+    ws = _block(dtype)
+    d = density_for(pattern, 0.5)
+    masker = FlexMasker(ws, pattern, d, seed=9)
+    got = masker()
+    want, piv, tie = _expected(ws, pattern, d, 9)
+    if isinstance(pattern, NM):  # a fixed n:m pattern needs no pivot: none is computed
+        assert math.isnan(masker.pivot_and_tie()[0]) and not masker._pivot_launches
+    else:
+        assert masker.pivot_and_tie() == (piv, torch.tensor(tie, dtype=torch.float32).item())
+        assert 0.05 < tie < 0.95  # the data exercise the tie share
+    assert int(masker.nonfinite) == 0
+    for g_, w_ in zip(got, want, strict=True):
+        assert g_.dtype == torch.bool and g_.any() and not g_.all()  # a real mask, not a constant
+        assert torch.equal(g_, w_)
+        pattern.validate(g_)
+    assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True)), "second call differs (bins cleared?)"
+
+
+def test_masker_tracks_in_place_updates_and_reseed():
+    from kernels.ops.flex import FlexMasker
+
+    ws = _block()
+    masker = FlexMasker(ws, TBS(4), 0.4, seed=1)
+    first = [m.clone() for m in masker()]
+    with torch.no_grad():
+        ws[1].mul_(3.0)  # the weights change in place (an optimizer step): the pivot moves
+    got = masker()
+    want, _, _ = _expected(ws, TBS(4), 0.4, 1)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(got, first, strict=True))
+    masker.reseed(77)
+    want, _, _ = _expected(ws, TBS(4), 0.4, 77)
+    assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True))
+
+
+@pytest.mark.parametrize(
+    "dtype, pattern",
+    [
+        (torch.float32, TBS(4)),  # host pivot, device-pointer kernels
+        (torch.bfloat16, NM(2, 6)),  # no fused kernel: the reference reads the pivot back
+        (torch.bfloat16, Unstructured()),
+        (torch.float16, TBS(8)),
+    ],
+    ids=str,
+)
+def test_masker_fallback_paths(dtype, pattern, monkeypatch):
+    from kernels.ops.flex import FlexMasker
+
+    ws = [w[:, :120].contiguous() for w in _block(dtype)] if isinstance(pattern, NM) else _block(dtype)
+    d = density_for(pattern, 0.45)
+    for interpret in ("1", "0"):  # Triton (interpreter), then the plain-PyTorch references
+        monkeypatch.setenv("TRITON_INTERPRET", interpret)
+        got = FlexMasker(ws, pattern, d, seed=4)()
+        want, _, _ = _expected(ws, pattern, d, 4)
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), interpret
+
+
+@pytest.mark.parametrize("interpret", ["1", "0"])
+def test_masker_raises_on_nonfinite(interpret, monkeypatch):
+    from kernels.ops.flex import FlexMasker
+
+    monkeypatch.setenv("TRITON_INTERPRET", interpret)
+    ws = _block()
+    masker = FlexMasker(ws, TBS(4), 0.5)
+    ws[2][3, 5] = float("nan")
+    ws[0][0, 0] = -float("inf")
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        masker()
+    if interpret == "1":  # device path: check=False leaves the count to inspect
+        masker(check=False)
+        assert int(masker.nonfinite) == 2
+    ws[2][3, 5] = 0.0
+    ws[0][0, 0] = 0.0
+    want, _, _ = _expected(ws, TBS(4), 0.5, 0)
+    assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True))
+
+
+@pytest.mark.parametrize(
+    "make, exc, match",
+    [
+        (lambda ws: (ws, TBS(4), 1.5), ValueError, r"\[0, 1\]"),
+        (lambda ws: (ws, TBS(4), -0.1), ValueError, r"\[0, 1\]"),
+        (lambda ws: (ws, TBS(4), float("nan")), ValueError, r"\[0, 1\]"),
+        (lambda ws: ([ws[0], ws[1].float()], TBS(4), 0.5), TypeError, "one dtype"),
+        (lambda ws: ([w.int() for w in ws], TBS(4), 0.5), TypeError, "dtype"),
+        (lambda ws: ([ws[0], ws[1].to("meta")], TBS(4), 0.5), ValueError, "device"),
+        (lambda ws: ([ws[0], torch.zeros(6, 8, dtype=ws[0].dtype)], TBS(4), 0.5), ValueError, r"weights\[1\]"),
+        (lambda ws: ([ws[0], ws[1].t()], TBS(4), 0.5), ValueError, "contiguous"),
+        (lambda ws: ([ws[0].view(-1)], TBS(4), 0.5), ValueError, "2-D"),
+        (lambda ws: ([], TBS(4), 0.5), ValueError, "empty"),
+        (lambda ws: (ws, "TBS(4)", 0.5), TypeError, "Pattern"),
+        (lambda ws: (ws, NM(2, 4), 0.3), ValueError, "fixes the density"),
+    ],
+)
+def test_masker_bad_inputs_raise_at_construction(make, exc, match):
+    from kernels.ops.flex import FlexMasker
+
+    with pytest.raises(exc, match=match):
+        FlexMasker(*make(_block()))
+
+
+def test_masker_bad_seed():
+    from kernels.ops.flex import FlexMasker
+
+    for seed, exc in ((-1, ValueError), (1 << 31, ValueError), (True, TypeError), (1.5, TypeError)):
+        with pytest.raises(exc, match="seed"):
+            FlexMasker(_block(), TBS(4), 0.5, seed=seed)
+
+
+def test_launch_direct_path_and_warm_up_check(monkeypatch):
+    """The direct launcher calls the compiled kernel as ``JITFunction.run`` does; a launcher that
+    fails or does nothing is caught by the construction-time check (CUDA-only paths, faked here)."""
+    import inspect
+
+    from triton.runtime.jit import JITFunction
+
+    from kernels.ops import common
+    from kernels.ops.flex import FlexMasker
+
+    src = inspect.getsource(JITFunction.run)  # the convention Launch mirrors: fails if Triton changes it
+    assert "kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, kernel.packed_metadata, launch_metadata," in src
+    calls = []
+
+    class Compiled:
+        function, packed_metadata = "fn", "meta"
+
+        def run(self, *a):
+            calls.append(a)
+
+    lz = common.Launch(None, (3, 2), ("w", 1, 2.0), 4)
+    lz.compiled, lz.direct = Compiled(), True
+    lz(stream=17)
+    assert calls == [(3, 2, 1, 17, "fn", "meta", None, None, None, "w", 1, 2.0)]
+    assert lz.with_arg(1, 5).args == ("w", 5, 2.0)
+
+    monkeypatch.setattr(common, "direct_stream", lambda device: 0)
+    masker = FlexMasker(_block(), TBS(4), 0.5, seed=3)
+    want, _, _ = _expected(_block(), TBS(4), 0.5, 3)
+    for x in masker._pivot_launches + masker._mask_launches:
+        x.compiled = Compiled()  # "runs" nothing: the poisoned outputs must give it away
+    with pytest.warns(RuntimeWarning, match="direct launches disabled"):
+        masker._warm_up(True)
+    assert not masker.direct and not any(x.direct for x in masker._mask_launches)
+    assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True))
+
+
+def test_masker_reads_weights_in_place_in_groups_and_single_tensor():
+    """The histogram passes read up to MAX_TENSORS weights per launch in place (no concatenation);
+    more weights take more launches; one Tensor is a block of one."""
+    from kernels.ops._pivot_triton import MAX_TENSORS
+    from kernels.ops.flex import FlexMasker
+
+    ws = _block(torch.float16, seed=2)
+    masker = FlexMasker(ws, Vegeta(4), 0.3, seed=6)
+    assert len(masker._pivot_launches) == 2 * -(-len(ws) // MAX_TENSORS) + 1
+    want, _, _ = _expected(ws, Vegeta(4), 0.3, 6)
+    assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True))
+    many = [w for _ in range(3) for w in ws][: MAX_TENSORS + 3]  # two launches per pass
+    masker = FlexMasker(many, TBS(4), 0.45, seed=1)
+    assert len(masker._pivot_launches) == 2 * 2 + 1
+    want, _, _ = _expected(many, TBS(4), 0.45, 1)
+    assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True))
+    (got,) = FlexMasker(ws[1], TBS(8), 0.6, seed=2)()
+    assert torch.equal(got, _expected([ws[1]], TBS(8), 0.6, 2)[0][0])
+
+
+def test_warm_up_check_accepts_correct_direct_launches_on_host_pivot_path(monkeypatch):
+    """float32 weights take the host-pivot path (no histogram counts written): a direct launcher
+    that does the right thing must pass the construction-time check (it once failed on the counts)."""
+    import warnings
+
+    from kernels.ops import common
+    from kernels.ops.flex import FlexMasker
+
+    monkeypatch.setattr(common, "direct_stream", lambda device: 0)
+    ws = [w.float() for w in _block()]
+    masker = FlexMasker(ws, TBS(4), 0.5, seed=3)
+    assert not masker._device_pivot
+
+    class Correct:  # a "compiled kernel" whose launcher runs the launch through Triton
+        function, packed_metadata = "fn", "meta"
+
+        def __init__(self, launch):
+            self.launch = launch
+
+        def run(self, *a):
+            x = self.launch
+            x.kernel[x.grid](*x.args, num_warps=x.warps)
+
+    for x in masker._pivot_launches + masker._mask_launches:
+        x.compiled = Correct(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        masker._warm_up(True)
+    assert masker.direct
+    want = [
+        flex_mask(w, TBS(4), 0.5, "fast", 3, *masker.pivot_and_tie()[:1], tie=masker.pivot_and_tie()[1]) for w in ws
+    ]
+    assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True))

@@ -1,0 +1,138 @@
+"""The command line refuses bad input with one clear line (exit code 2) instead of a traceback,
+fails before a run when it could not store the run's results, and redraws only what was asked."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import suites.table2
+from repro.cli import main as cli_main
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = REPO / "tests" / "fixtures" / "dashboard"
+GPU = "nvidia-h100-80gb-hbm3"
+
+
+@pytest.fixture
+def no_env_leak(monkeypatch):
+    """cmd_run sets these for its own process; keep them out of the other tests."""
+    monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "1"))
+    monkeypatch.setenv("REPRO_RESULTS_DIR", os.environ.get("REPRO_RESULTS_DIR", str(REPO / "results")))
+
+
+@pytest.fixture
+def no_run(monkeypatch):
+    """Any attempt to start the suite's work fails the test: the CLI must refuse first."""
+
+    def boom(*_a, **_k):
+        raise AssertionError("the run started although its results could not be written")
+
+    monkeypatch.setattr("repro.roofline.measure_ceilings", boom)
+    monkeypatch.setattr(suites.table2, "run", boom)
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize("device", ["tpu", "cuda:x", "mps", "meta"])
+def test_run_unknown_device_is_one_line(tmp_path: Path, device: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(
+        [sys.executable, "-m", "repro", "run", "table2", "--device", device, "--results-dir", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    line = _one_line(proc.stderr)
+    assert repr(device) in line and "cpu" in line and "cuda" in line
+    assert not any(tmp_path.iterdir())
+
+
+def test_run_fails_fast_when_results_folder_cannot_be_created(tmp_path: Path, capsys, no_env_leak, no_run) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder", encoding="utf-8")
+    rc = cli_main(["run", "table2", "--device", "cpu", "--results-dir", str(blocker / "results"), "--no-figure"])
+    line = _one_line(capsys.readouterr().err)
+    assert rc == 2 and "results" in line and str(blocker) in line
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_run_fails_fast_on_read_only_results_folder(tmp_path: Path, capsys, no_env_leak, no_run) -> None:
+    ro = tmp_path / "results"
+    (ro / "cpu").mkdir(parents=True)
+    os.chmod(ro / "cpu", 0o555)
+    try:
+        rc = cli_main(["run", "table2", "--device", "cpu", "--results-dir", str(ro), "--no-figure"])
+    finally:
+        os.chmod(ro / "cpu", 0o755)
+    line = _one_line(capsys.readouterr().err)
+    assert rc == 2 and str(ro / "cpu") in line
+
+
+def test_run_fails_fast_on_unwritable_figures_folder(tmp_path: Path, capsys, no_env_leak, no_run) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x", encoding="utf-8")
+    args = ["run", "table2", "--device", "cpu", "--results-dir", str(tmp_path / "results")]
+    rc = cli_main([*args, "--figures-dir", str(blocker / "figs")])
+    line = _one_line(capsys.readouterr().err)
+    assert rc == 2 and "figures" in line and str(blocker) in line
+    assert not (tmp_path / "results" / "cpu" / "table2.csv").exists()
+
+
+def test_run_fails_fast_on_corrupt_results_file(tmp_path: Path, capsys, no_env_leak, no_run) -> None:
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "table2.csv").write_text("garbage\n", encoding="utf-8")
+    rc = cli_main(["run", "table2", "--device", "cpu", "--results-dir", str(tmp_path), "--no-figure"])
+    line = _one_line(capsys.readouterr().err)
+    assert rc == 2 and "table2.csv" in line
+
+
+def test_plot_redraws_only_the_named_suite_and_stored_devices(tmp_path: Path, capsys) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE / "results", results)
+    shutil.copyfile(results / "cpu" / "table2.csv", results / "cpu" / "other.csv")
+    figs = tmp_path / "figures"
+    assert cli_main(["plot", "table2", "--results-dir", str(results), "--figures-dir", str(figs)]) == 0
+    made = sorted(str(p.relative_to(figs)) for p in figs.rglob("*") if p.is_file())
+    assert made == [f"{d}/table2.{e}" for d in ("cpu", GPU) for e in ("png", "svg")]
+    before = {p: p.read_bytes() for p in figs.rglob("*.*")}
+    assert cli_main(["plot", "table2", "--results-dir", str(results), "--figures-dir", str(figs)]) == 0
+    assert {p: p.read_bytes() for p in figs.rglob("*.*")} == before  # a redraw changes no byte
+    assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("device", ["../../payload", "/tmp/repro-payload-test"])
+def test_plot_refuses_escaping_device(tmp_path: Path, capsys, device: str) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE / "results", results)
+    csv = results / "cpu" / "table2.csv"
+    csv.write_text(csv.read_text(encoding="utf-8").replace(",cpu,none,", f",{device},none,"), encoding="utf-8")
+    figs = tmp_path / "a" / "figures"
+    rc = cli_main(["plot", "table2", "--results-dir", str(results), "--figures-dir", str(figs)])
+    line = _one_line(capsys.readouterr().err)
+    assert rc == 2 and "table2.csv" in line and "device" in line
+    assert not [p for p in tmp_path.rglob("*.png")]
+    assert not Path("/tmp/repro-payload-test").exists()
+
+
+def test_plot_one_device(tmp_path: Path, capsys) -> None:
+    figs = tmp_path / "figures"
+    base = ["plot", "table2", "--results-dir", str(FIXTURE / "results"), "--figures-dir", str(figs)]
+    assert cli_main([*base, "--device", "cpu"]) == 0
+    assert sorted(p.name for p in figs.rglob("*.*")) == ["table2.png", "table2.svg"]
+    assert (figs / "cpu" / "table2.png").is_file()
+    assert cli_main([*base, "--device", "../cpu"]) == 2
+    assert "is not a device name" in _one_line(capsys.readouterr().err)

@@ -1,0 +1,417 @@
+"""repro.train: config validation and JSON, exact resume (dense, fst, decay on weights, dense phases),
+flip rate vs a direct count, run directories (finished runs are no-ops), data errors, the CLI,
+and DDP on two CPU processes. CPU, tiny model, reference kernels (no Triton interpreter)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from repro.data import DataError
+from repro.data.tokens import Document, write_corpus
+from repro.train import (
+    TrainConfig,
+    ensure_run,
+    load_checkpoint,
+    log_columns,
+    lr_at,
+    make_optimizer,
+    train,
+    train_step,
+)
+from repro.train.flip import FlipTracker, nm24_mask
+
+
+@pytest.fixture(autouse=True)
+def _reference_kernels(monkeypatch):
+    """The PyTorch references of the mask and MVUE kernels: the interpreter would take minutes."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+
+
+class _ByteEncoding:
+    n_vocab = 256
+    eot_token = 0
+
+    def encode_ordinary_batch(self, texts: list[str]) -> list[list[int]]:
+        return [[b or 1 for b in t.encode()] for t in texts]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """A token corpus of byte ids (the tiny model's vocabulary) in the format of ``repro data build``."""
+    out = tmp_path_factory.mktemp("corpus")
+    rng = np.random.default_rng(0)
+    words = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away", "and", "then", "slept"]
+    docs = (Document(f"toy/{i}", " ".join(rng.choice(words, size=50)) + f" {i}.") for i in range(300))
+    write_corpus(
+        docs,
+        out,
+        _ByteEncoding(),
+        tokenizer={"name": "bytes", "n_vocab": 256},
+        sources=[{"name": "toy"}],
+        val_fraction=0.1,
+        progress=lambda *a, **k: None,
+    )
+    return out
+
+
+def tiny(corpus: Path, **kw) -> TrainConfig:
+    base = dict(
+        model="tiny",
+        seq_len=16,
+        batch_size=2,
+        steps=6,
+        warmup=2,
+        lr=3e-3,
+        data=str(corpus),
+        eval_every=3,
+        eval_batches=2,
+        checkpoint_every=0,
+        amp="none",
+        mask_interval=2,
+        dense_fraction=1 / 3,
+    )
+    return TrainConfig(**{**base, **kw})
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+# config ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kw, what",
+    [
+        ({"steps": 0}, "steps"),
+        ({"batch_size": -1}, "batch_size"),
+        ({"seq_len": True}, "seq_len"),
+        ({"grad_accum": 1.5}, "grad_accum"),
+        ({"lr": float("nan")}, "lr"),
+        ({"lr": 0.0}, "lr"),
+        ({"min_lr_ratio": 1.5}, "min_lr_ratio"),
+        ({"dense_fraction": -0.1}, "dense_fraction"),
+        ({"dense_fraction": 1.2}, "dense_fraction"),
+        ({"mode": "sparse"}, "mode"),
+        ({"decay_on": "loss"}, "decay_on"),
+        ({"dense_phase": "middle"}, "dense_phase"),
+        ({"model": "gpt5"}, "model"),
+        ({"amp": "fp8"}, "amp"),
+        ({"warmup": 10, "steps": 5}, "warmup"),
+        ({"betas": (0.9,)}, "betas"),
+        ({"decay": float("inf")}, "decay"),
+        ({"mvue": "yes"}, "mvue"),
+    ],
+)
+def test_config_validation(kw, what):
+    with pytest.raises(ValueError, match=f"TrainConfig.{what}"):
+        TrainConfig(**kw)
+
+
+def test_config_json_round_trip(tmp_path):
+    cfg = TrainConfig(model="gpt2-tiny", mode="fst", mvue=False, betas=(0.8, 0.99), decay=2e-4, dense_phase="pretrain")
+    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    cfg.save(tmp_path / "c.json")
+    assert TrainConfig.load(tmp_path / "c.json") == cfg
+    with pytest.raises(ValueError, match="unknown TrainConfig key"):
+        TrainConfig.from_dict({**cfg.to_dict(), "lr_typo": 1})
+    over = cfg.with_overrides(["lr=0.001", "mode=srste", "betas=[0.9, 0.9]", "compile=true", "steps=700"])
+    assert (over.lr, over.mode, over.betas, over.compile, over.steps) == (1e-3, "srste", (0.9, 0.9), True, 700)
+    with pytest.raises(ValueError, match="key=value"):
+        cfg.with_overrides(["nope=1"])
+
+
+def test_recipe_derivations():
+    cfg = TrainConfig(mode="fst", steps=12, warmup=0, decay=6e-5, grad_accum=2)
+    assert cfg.layer_decay == 3e-5 and cfg.weight_decay_masked == 0.0  # per micro-batch backward
+    assert [cfg.dense_at(s) for s in range(12)] == [False] * 10 + [True] * 2  # last 1/6
+    pre = dataclasses.replace(cfg, dense_phase="pretrain")
+    assert [pre.dense_at(s) for s in range(12)] == [True] * 2 + [False] * 10
+    assert not any(dataclasses.replace(cfg, dense_phase="none").dense_at(s) for s in range(12))
+    assert TrainConfig(mode="ste").layer_decay == 0.0 and TrainConfig(mode="dense").layer_decay == 0.0
+    w = TrainConfig(mode="srste", decay_on="weight", decay=1e-4)
+    assert w.layer_decay == 0.0 and w.weight_decay_masked == 1e-4
+    assert TrainConfig(mode="ste").gpt2().ffn_mode == "srste" and TrainConfig(mode="half").gpt2().ffn_mode == "half"
+
+
+# train_step -----------------------------------------------------------------------------------
+
+
+def test_train_step_matches_manual_step_and_accumulates():
+    from repro.models.gpt2 import build_gpt2
+
+    torch.manual_seed(0)
+    x = torch.randint(0, 256, (4, 16))
+    y = torch.randint(0, 256, (4, 16))
+    models = []
+    for _ in range(3):
+        torch.manual_seed(1)
+        models.append(build_gpt2("tiny"))
+    opts = [make_optimizer(m, 1e-3, 0.1, (0.9, 0.95)) for m in models]
+    out = train_step(models[0], opts[0], x, y, grad_clip=1.0)
+    loss = nn.functional.cross_entropy(models[1](x).float().flatten(0, 1), y.flatten())
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(list(models[1].parameters()), 1.0)
+    opts[1].step()
+    assert out.loss.requires_grad is False and out.loss.ndim == 0
+    assert torch.equal(out.loss, loss.detach()) and torch.equal(out.grad_norm, norm)
+    for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        assert torch.equal(a, b)
+    acc = train_step(models[2], opts[2], x, y, grad_accum=2, grad_clip=1.0)  # two halves, same mean loss
+    assert acc.loss.item() == pytest.approx(out.loss.item(), rel=1e-5)
+    assert all(p.grad is None for p in models[2].parameters())
+    with pytest.raises(ValueError, match="grad_accum"):
+        train_step(models[2], opts[2], x[:3], y[:3], grad_accum=2)
+
+
+def test_lr_schedule():
+    kw = dict(steps=10, lr=1.0, warmup=2, min_lr_ratio=0.1)
+    assert [lr_at(s, **kw) for s in (0, 1)] == [0.5, 1.0]
+    assert lr_at(2, **kw) == pytest.approx(1.0) and lr_at(10, **kw) == pytest.approx(0.1)
+
+
+def test_fst_without_mvue_has_the_exact_weight_gradient():
+    """SparseLinear(mvue=False): fst's dW is dY^T X (dense, exact); with MVUE it is an estimate."""
+    from kernels.layers.sparse_linear import SparseLinear
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 16)
+    dy = torch.randn(8, 8)
+    grads = {}
+    for mvue in (True, False):
+        layer = SparseLinear(16, 8, mode="fst", decay=0.0, mvue=mvue, seed=1)
+        with torch.no_grad():
+            layer.weight.copy_(torch.linspace(-1, 1, 128).reshape(8, 16))
+        layer(x).backward(dy)
+        grads[mvue] = layer.weight.grad
+    torch.testing.assert_close(grads[False], dy.t() @ x)
+    assert not torch.allclose(grads[True], dy.t() @ x)
+    assert "mvue=False" in repr(SparseLinear(16, 8, mode="fst", mvue=False))
+    with pytest.raises(TypeError, match="mvue"):
+        SparseLinear(16, 8, mode="fst", mvue=1)
+
+
+# flip rate ------------------------------------------------------------------------------------
+
+
+def test_flip_rate_equals_direct_count():
+    torch.manual_seed(0)
+    a, b = nn.Linear(8, 4, bias=False), nn.Linear(16, 8, bias=False)
+    tracker = FlipTracker({"a": a, "b": b})
+
+    def mask(w: torch.Tensor) -> torch.Tensor:  # direct: 2 largest |w| of each 4 along the input
+        g = w.detach().abs().reshape(w.shape[0], -1, 4)
+        keep = torch.zeros_like(g, dtype=torch.bool)
+        keep.scatter_(-1, g.topk(2, dim=-1).indices, True)
+        return keep.reshape(w.shape)
+
+    before = [mask(a.weight), mask(b.weight)]
+    assert torch.equal(before[0], nm24_mask(a.weight))
+    with torch.no_grad():
+        a.weight[0, :4] = torch.tensor([4.0, 3.0, 0.1, 0.2])
+        a.weight[1, :4] = torch.tensor([0.1, 0.2, 4.0, 3.0])
+        a.weight[0, :4] = a.weight[0, :4][[2, 3, 0, 1]]  # row 0's group flips all four entries
+        b.weight.mul_(-1)  # |w| unchanged: no flips
+    after = [mask(a.weight), mask(b.weight)]
+    changed = [int((x != y).sum()) for x, y in zip(before, after, strict=True)]
+    rates = tracker.measure().tolist()
+    assert changed[0] > 0 and changed[1] == 0
+    assert rates[1] == pytest.approx(changed[0] / 32) and rates[2] == 0.0
+    assert rates[0] == pytest.approx(sum(changed) / (32 + 128))  # overall: weighted by layer size
+    assert tracker.measure().tolist() == [0.0, 0.0, 0.0]  # nothing changed since
+
+
+def test_sparse_layer_flip_rates_in_the_log(corpus, tmp_path):
+    cfg = tiny(corpus, mode="srste", steps=4, dense_phase="none")
+    train(cfg, tmp_path, progress=False)
+    log = rows(tmp_path / "log.csv")
+    assert list(log[0]) == log_columns(["h.0.mlp.fc", "h.0.mlp.proj", "h.1.mlp.fc", "h.1.mlp.proj"])
+    per = [[float(r[f"flip_rate.h.{i}.mlp.{n}"]) for i in (0, 1) for n in ("fc", "proj")] for r in log[1:]]
+    sizes = [64 * 256, 256 * 64] * 2
+    for r, p in zip(log[1:], per, strict=True):  # overall = size-weighted mean of the layers
+        assert float(r["flip_rate"]) == pytest.approx(sum(x * n for x, n in zip(p, sizes, strict=True)) / sum(sizes))
+    dense = tiny(corpus, mode="dense", steps=3)
+    train(dense, tmp_path / "dense", progress=False)
+    assert all(0.0 <= float(r["flip_rate"]) <= 1.0 for r in rows(tmp_path / "dense" / "log.csv"))  # mask never applied
+
+
+# resume ---------------------------------------------------------------------------------------
+
+
+RESUME_CASES = {
+    "dense": {"mode": "dense"},
+    "fst": {"mode": "fst"},  # dense fine-tuning: last 1/3 of the steps
+    "fst-no-mvue": {"mode": "fst", "mvue": False, "dense_phase": "none"},
+    "srste-decay-on-weight": {"mode": "srste", "decay_on": "weight", "decay": 0.05},
+    "fst-dense-pretrain": {"mode": "fst", "dense_phase": "pretrain"},
+    "weight24-accum": {"mode": "weight24", "grad_accum": 2, "decay": 1e-3},
+}
+
+
+@pytest.mark.parametrize("case", list(RESUME_CASES))
+def test_resume_is_bit_exact(corpus, tmp_path, case):
+    cfg = tiny(corpus, **RESUME_CASES[case])
+    straight = train(cfg, tmp_path / "straight", progress=False)
+    assert straight.status == "finished" and len(straight.losses) == 6
+    run = tmp_path / "split"
+    stop = 3 if case != "fst-dense-pretrain" else 1  # pretrain: stopped inside the dense phase
+    first = train(cfg, run, stop_at=stop, progress=False)
+    assert first.status == "stopped" and first.end_step == stop
+    second = train(cfg, run, progress=False)
+    assert second.start_step == stop and second.status == "finished"
+    assert first.losses + second.losses == straight.losses  # bit for bit
+    a, b = rows(tmp_path / "straight" / "log.csv"), rows(run / "log.csv")
+    drop = ("step_time_ms", "tokens_per_s")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in a] == [
+        {k: v for k, v in r.items() if k not in drop} for r in b
+    ]
+    assert rows(tmp_path / "straight" / "val.csv") == rows(run / "val.csv")
+    ck = load_checkpoint(run)
+    assert ck["step"] == 6 and TrainConfig.from_dict(ck["config"]) == cfg
+
+
+def test_resume_after_a_crash_drops_later_log_rows(corpus, tmp_path):
+    cfg = tiny(corpus, mode="fst", checkpoint_every=2)
+    straight = train(cfg, tmp_path / "straight", progress=False)
+
+    def crash(step: int) -> None:
+        if step == 5:
+            raise RuntimeError("simulated kill")
+
+    run = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        train(cfg, run, progress=False, on_step=crash)
+    assert load_checkpoint(run)["step"] == 4
+    assert [int(r["step"]) for r in rows(run / "log.csv")] == [1, 2, 3, 4, 5]
+    with open(run / "log.csv", "a") as fh:
+        fh.write("6,1.0")  # a torn last line
+    res = train(cfg, run, progress=False)
+    assert res.start_step == 4 and res.losses == straight.losses[4:]
+    assert [float(r["loss"]) for r in rows(run / "log.csv")] == straight.losses
+
+
+def test_deadline_checkpoints_and_stops(corpus, tmp_path):
+    cfg = tiny(corpus, steps=50)
+    res = train(cfg, tmp_path, max_minutes=1e-9, progress=False)  # past the deadline after the first step
+    assert res.status == "stopped" and res.end_step == 1 and load_checkpoint(tmp_path)["step"] == 1
+
+
+def test_resume_refuses_another_config(corpus, tmp_path):
+    cfg = tiny(corpus)
+    train(cfg, tmp_path, stop_at=2, progress=False)
+    with pytest.raises(ValueError, match=r"cannot resume .*lr: 0.003 \(saved\) vs 0.001 \(now\)"):
+        train(dataclasses.replace(cfg, lr=1e-3), tmp_path, progress=False)
+    train(dataclasses.replace(cfg, checkpoint_every=5), tmp_path, progress=False)  # allowed to change
+
+
+# runs -----------------------------------------------------------------------------------------
+
+
+def test_ensure_run_layout_and_finished_run_is_a_no_op(corpus, tmp_path):
+    cfg = tiny(corpus, mode="fst")
+    run = tmp_path / "run"
+    assert ensure_run(cfg, run, stop_at=2, gemm_tflops=1.0, progress=False) == "stopped"
+    assert not (run / "summary.json").exists()
+    assert ensure_run(cfg, run, gemm_tflops=1.0, progress=False) == "finished"
+    assert {p.name for p in run.iterdir()} == {
+        "config.json",
+        "provenance.json",
+        "log.csv",
+        "val.csv",
+        "checkpoint.pt",
+        "summary.json",
+    }
+    assert TrainConfig.load(run / "config.json") == cfg
+    prov = json.loads((run / "provenance.json").read_text())
+    assert len(prov["calls"]) == 2 and prov["device"] == "cpu" and "torch_version" in prov
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 6
+    assert summary["final_val_loss"] == float(rows(run / "val.csv")[-1]["val_loss"])
+    assert summary["median_tokens_per_s"] > 0 and summary["mfu"] > 0
+    stamp = {p.name: p.stat().st_mtime_ns for p in run.iterdir()}
+    assert ensure_run(cfg, run, progress=False) == "finished"
+    assert {p.name: p.stat().st_mtime_ns for p in run.iterdir()} == stamp  # nothing touched
+    with pytest.raises(ValueError, match="cannot resume"):
+        ensure_run(dataclasses.replace(cfg, seed=1), run, progress=False)
+
+
+def test_missing_or_corrupt_token_file(corpus, tmp_path):
+    with pytest.raises(DataError, match="python -m repro data build.*snakemake data"):
+        ensure_run(tiny(tmp_path / "nowhere"), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in corpus.iterdir():
+        (bad / f.name).write_bytes(f.read_bytes())
+    data = bytearray((bad / "train.bin").read_bytes())
+    (bad / "train.bin").write_bytes(bytes(data[:-2]))
+    with pytest.raises(DataError, match="truncated.*python -m repro data build"):
+        train(tiny(bad), tmp_path / "r2", progress=False)
+    data[10] ^= 0xFF
+    (bad / "train.bin").write_bytes(bytes(data))
+    with pytest.raises(DataError, match="corrupt.*python -m repro data build"):
+        train(tiny(bad), tmp_path / "r3", progress=False)
+
+
+def test_cli_train(corpus, tmp_path, capsys):
+    from repro.cli import main
+
+    cfg_path = tmp_path / "cfg.json"
+    tiny(corpus, steps=4).save(cfg_path)
+    cmd = ["train", "--config", str(cfg_path), "--run-dir", str(tmp_path / "run")]
+    assert main([*cmd, "--set", "mode=srste", "--stop-at", "2"]) == 0
+    out = capsys.readouterr()
+    assert "stopped" in out.out and "[train]" in out.err
+    assert main([*cmd, "--set", "mode=srste"]) == 0
+    assert "finished" in capsys.readouterr().out
+    assert len(rows(tmp_path / "run" / "log.csv")) == 4
+    assert main([*cmd, "--set", "lr=-1"]) == 2
+    assert "TrainConfig.lr" in capsys.readouterr().err
+    assert main(cmd) == 2  # mode differs from the run's config.json
+    assert "cannot resume" in capsys.readouterr().err
+
+
+# DDP --------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp_worker(rank: int, world: int, port: int, cfg_dict: dict, run_dir: str) -> None:
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+    os.environ["TRITON_INTERPRET"] = "0"
+    torch.set_num_threads(1)
+    train(TrainConfig.from_dict(cfg_dict), run_dir, progress=False, device="cpu")
+
+
+def test_ddp_two_processes_match_one(corpus, tmp_path):
+    """2 ranks x 2 sequences (gloo) train like 1 process x 4 sequences: same data, averaged gradients."""
+    cfg = tiny(corpus, steps=3, batch_size=2, eval_every=0)
+    torch.multiprocessing.spawn(
+        _ddp_worker, args=(2, _free_port(), cfg.to_dict(), str(tmp_path / "ddp")), nprocs=2, join=True
+    )
+    single = train(dataclasses.replace(cfg, batch_size=4), tmp_path / "one", progress=False)
+    got = [float(r["loss"]) for r in rows(tmp_path / "ddp" / "log.csv")]
+    assert got == pytest.approx(single.losses, rel=1e-5)  # the loss logged is the mean over the ranks
+    assert int(rows(tmp_path / "ddp" / "log.csv")[-1]["tokens"]) == 3 * 4 * 16
+    a = load_checkpoint(tmp_path / "ddp")["model"]
+    b = load_checkpoint(tmp_path / "one")["model"]
+    for k in b:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+    assert single.status == "finished"

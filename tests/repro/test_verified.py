@@ -1,0 +1,116 @@
+"""What ``verified`` and the staleness line stand on: the timed call's own output is checked after
+timing (a call that does not recompute its output fails), each suite lists its checks, a suite's
+inputs are the files behind its numbers, and results older than that code say so."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from repro.deps import suite_sources
+from repro.results import ResultSet
+from repro.roofline import Ceilings
+from repro.staleness import number_sources, staleness
+from repro.suite import CorrectnessError, RunContext, poison
+from suites import SUITES, get_suite
+
+
+def _ctx() -> RunContext:
+    dev = torch.device("cpu")
+    return RunContext("t", "t", dev, "smoke", Ceilings(1.0, 1.0, "float32", 1, 1), ResultSet("t", "t", "smoke", dev))
+
+
+def test_poison_changes_every_element():
+    b = torch.tensor([True, False, True])
+    f = torch.randn(5)
+    i = torch.arange(4)
+    poison([b, (f,), {"i": i}])
+    assert b.tolist() == [False, True, False]
+    assert torch.isnan(f).all()
+    assert (i == ~torch.arange(4)).all()
+
+
+def test_time_checked_passes_a_call_that_recomputes_its_output():
+    x = torch.randn(64)
+    t = _ctx().time_checked(lambda: x * 2, lambda out: torch.equal(out, x * 2), "double")
+    assert t.ms > 0
+
+
+def test_time_checked_fails_a_call_that_leaves_its_output_alone():
+    """A call whose output buffer is computed once and then only returned (as a broken graph
+    replay would) keeps the poison, and the check after timing stops the run."""
+    x = torch.randn(64)
+    cached = x * 2
+
+    def stale() -> torch.Tensor:
+        return cached
+
+    with pytest.raises(CorrectnessError, match="timed call"):
+        _ctx().time_checked(stale, lambda out: torch.equal(out, x * 2), "stale")
+
+
+def test_time_checked_fails_a_wrong_result():
+    x = torch.randn(64)
+    with pytest.raises(CorrectnessError, match="wrong"):
+        _ctx().time_checked(lambda: x * 3, lambda out: torch.equal(out, x * 2), "wrong")
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_every_suite_names_its_checks(suite):
+    checks = get_suite(suite).CHECKS
+    assert checks and all(isinstance(c, str) and c for c in checks)
+
+
+def test_suite_sources_follow_imports_but_not_package_reexports():
+    t3 = suite_sources("table3")
+    assert "kernels/ops/geglu.py" in t3 and "suites/table3.py" in t3
+    assert "kernels/ops/flex.py" not in t3  # kernels/__init__ imports it, table3 does not
+    for suite in ("figure6", "table8"):
+        src = suite_sources(suite)
+        assert {"repro/models/gpt2.py", "suites/_training_bench.py", "kernels/layers/sparse_linear.py"} <= set(src)
+    assert "repro/plots.py" not in suite_sources("figure6")  # draws numbers, makes none
+    with pytest.raises(ValueError, match="no suite module"):
+        suite_sources("nope")
+
+
+def test_recording_code_does_not_make_results_stale():
+    assert "repro/results.py" not in number_sources("table3")
+    assert all(not p.endswith("__init__.py") for p in number_sources("figure6"))
+
+
+def test_staleness_at_head_is_fresh_and_unknown_commits_claim_nothing():
+    from repro.provenance import git
+
+    head = git("rev-parse", "HEAD")
+    if not head:
+        pytest.skip("not a git checkout")
+    assert not staleness("table3", head).stale and staleness("table3", head).known
+    assert staleness("table3", head + "-dirty").known
+    for bad in ("unknown", "", "0" * 40):
+        s = staleness("table3", bad)
+        assert not s.known and not s.stale and "unknown" in s.sentence()
+
+
+def test_staleness_names_the_commit_that_changed_the_code():
+    from repro.provenance import git
+
+    # the first commit that touched suites/table3.py is older than its latest change
+    first = git("log", "--reverse", "--format=%H", "--", "suites/table3.py").split("\n")[0]
+    last = git("log", "-1", "--format=%H", "--", "suites/table3.py")
+    if not first or first == last:
+        pytest.skip("needs the git history of suites/table3.py")
+    s = staleness("table3", first)
+    assert s.stale and s.changed_by and "STALE" in s.sentence()
+
+
+def test_a_change_and_its_revert_leave_results_fresh():
+    """f618e97 edited suites/table8.py and af4b021 reverted it: rows measured at 8521e84 (before
+    both) stay fresh, since staleness looks at the net change of the code behind the numbers."""
+    from repro.provenance import git
+
+    sha = "8521e848d226f194a391ad015a57601ea78dfe69"
+    if not git("rev-parse", "--verify", "--quiet", "af4b021^{commit}"):
+        pytest.skip("needs this repository's history")
+    if git("diff", "--name-only", sha, "HEAD", "--", *number_sources("table8")):
+        pytest.skip("the code behind table8 changed since 8521e84: nothing to test here")
+    assert not staleness("table8", sha).stale
