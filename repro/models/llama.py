@@ -217,15 +217,16 @@ class Attention(nn.Module):
         self.o = _linear(h, h, device, dtype)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        b, t, h = x.shape
-        shape = (b, t, self.heads, self.head_dim)
+        b, t, _ = x.shape
+        # -1 heads: under tensor parallelism (column-wise q, k, v) a rank holds heads / tp of them
+        shape = (b, t, -1, self.head_dim)
         q = self.q(x).view(shape).transpose(1, 2)
         k = self.k(x).view(shape).transpose(1, 2)
         v = self.v(x).view(shape).transpose(1, 2)
         q = apply_rotary(q, cos, sin)
         k = apply_rotary(k, cos, sin)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.o(y.transpose(1, 2).reshape(b, t, h))
+        return self.o(y.transpose(1, 2).reshape(b, t, -1))
 
 
 class SwiGLU(nn.Module):

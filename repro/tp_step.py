@@ -1,0 +1,471 @@
+"""Tensor-parallel masked training step of a Llama model on PyTorch's distributed engine (FAST
+Fig. 3, end to end): DTensor tensor parallelism, FSDP2 for a data-parallel dimension, flex-SS
+masks made on each rank's shard with the pivot found over the ranks that hold the pieces.
+
+Why this exists: FAST's end-to-end claim (10.40x / 1.56x over the PyTorch implementation and the
+Vegeta-based method, MAP-NEO 7B "under model parallelism") is about a training step in which every
+rank holds only a shard of each weight, so the global pivot needs communication. The step here is
+what a PyTorch user writes for that setting, and every mask method runs in it in its own way.
+
+Layout (the same code at world 1 and N; world from ``torchrun``):
+
+- ``build_mesh``: a 2-D ``DeviceMesh`` ("dp", "tp"); tp defaults to the world size.
+- ``parallelize_llama``: per block, ``parallelize_module`` with ``ColwiseParallel`` for q, k, v,
+  gate, up and ``RowwiseParallel`` for o, down (Megatron's MLP/attention split: one all-reduce
+  after o and one after down in the forward, likewise in the backward); a rank then holds
+  heads / tp heads (``repro.models.llama.Attention`` reads the local head count from its input).
+  Embedding, norms and the output projection stay replicated plain tensors. With dp > 1 every
+  block and then the model get FSDP2's ``fully_shard`` on the "dp" sub-mesh.
+- Masks: every sparse linear's local piece (``weight.to_local()``). Methods (``MASK_METHODS``):
+  ``dense`` (no masks), ``srste`` (SR-STE's 2:4 by magnitude: per-shard, no pivot),
+  ``torch`` / ``vegeta`` (the strong PyTorch baselines of ``kernels.ops.flex_torch``; the pivot
+  as a PyTorch user finds it over a process group: all-gather every rank's |w| and take the top-k
+  with the tie share, ``kernels.ops.flex_torch.pivot_and_tie``), and ``fast`` (the
+  distribution-aware search ``kernels.ops.pivot.find_pivot_stats(method="gaussian")`` over the
+  group, one all-reduce of the two tie counts, then ``kernels.ops.flex.flex_mask``: the fused
+  Triton kernel on a GPU, the reference elsewhere). The pivot group is every rank holding a
+  distinct piece of the weights: the TP group, or the whole world when FSDP also shards (dp > 1).
+- Masks are kept exactly as ``repro.masked_training.MaskedTrainer`` keeps them: applied
+  (``w *= m`` on the local piece) when made, and again after every optimizer step. Regenerated
+  every ``every`` steps (the paper does not state its interval; Fig. 3's one-GPU training step in
+  ``suites/figure3.py`` uses 1 and 10, and SR-STE regenerates every step).
+
+Step time is split into ``pivot`` (the pivot search with its collectives and the local passes
+they need, the tie counts included), ``mask`` (local mask generation given the pivot, and applying
+the masks), ``fwd_bwd`` (forward and backward, the TP and FSDP collectives inside them) and
+``optimizer`` (AdamW step, zero_grad, re-applying the masks): CUDA events on a GPU,
+``perf_counter`` on the CPU; the mean per step over the timed steps (regeneration amortised),
+the slowest rank's per part. The forward and backward are the same dense GEMMs for every method
+(masked weights, no sparse GEMM): methods differ in the mask and pivot parts only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+from kernels.ops.flex import flex_mask, flex_mask_reference, needs_pivot, tie_share
+from kernels.ops.flex_torch import masks_of_weight, pivot_and_tie, regular_table
+from kernels.ops.nm_mask import nm_mask, nm_mask_reference
+from kernels.ops.patterns import NM, TBS, Pattern, parse_pattern
+from kernels.ops.pivot import find_pivot, find_pivot_stats
+from repro.models.llama import LlamaModel, sparse_linears
+
+__all__ = [
+    "MASK_METHODS",
+    "PARTS",
+    "DistEnv",
+    "ShardMasker",
+    "TPTrainer",
+    "build_mesh",
+    "dist_env",
+    "full_masks",
+    "gather_check_masks",
+    "init_distributed",
+    "parallelize_llama",
+    "pivot_group",
+    "reference_masks",
+]
+
+MASK_METHODS = ("dense", "srste", "torch", "vegeta", "fast")
+PARTS = ("fwd_bwd", "mask", "pivot", "optimizer")
+SRSTE = NM(2, 4)
+SEED = 1234
+COLWISE = ("attn.q", "attn.k", "attn.v", "ffn.gate", "ffn.up")
+ROWWISE = ("attn.o", "ffn.down")
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """This process's place in a ``torchrun`` launch (rank 0 of 1 without one)."""
+
+    rank: int
+    world: int
+    local_rank: int
+
+
+def dist_env() -> DistEnv:
+    """RANK, WORLD_SIZE, LOCAL_RANK from the environment torchrun sets (0, 1, 0 without it)."""
+    return DistEnv(
+        int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_RANK", "0"))
+    )
+
+
+def init_distributed(device: torch.device, timeout_s: float = 600.0) -> bool:
+    """Join the default process group (NCCL on CUDA, gloo on the CPU) unless one exists; returns
+    whether this call created it (then the caller destroys it). Under torchrun: ``env://``; in a
+    lone process: a world of 1 on an in-memory store, so the same code runs without a launcher.
+    ``timeout_s`` bounds every collective: a dead peer raises instead of hanging forever."""
+    if dist.is_initialized():
+        return False
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    timeout = timedelta(seconds=timeout_s)
+    kw = {"device_id": device} if device.type == "cuda" else {}
+    if "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
+        dist.init_process_group(backend, timeout=timeout, **kw)
+    else:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **kw)
+    return True
+
+
+def build_mesh(device: torch.device, tp: int | None = None) -> DeviceMesh:
+    """The ("dp", "tp") mesh over the default group: tp ranks per tensor-parallel group
+    (default: all), dp = world / tp data-parallel replicas (sharded by FSDP2)."""
+    world = dist.get_world_size()
+    tp = world if tp is None else tp
+    if tp < 1 or world % tp:
+        raise ValueError(f"tensor-parallel size {tp} must divide the world size {world}")
+    return init_device_mesh(device.type, (world // tp, tp), mesh_dim_names=("dp", "tp"))
+
+
+def parallelize_llama(model: LlamaModel, mesh: DeviceMesh) -> LlamaModel:
+    """Shard ``model`` in place over ``mesh``: column/row-wise TP plans for every block's
+    attention and MLP projections on "tp", FSDP2 on "dp" when it has more than one rank."""
+    tp = mesh["tp"].size()
+    cfg = model.cfg
+    if cfg.heads % tp or cfg.ffn % tp:
+        raise ValueError(f"heads ({cfg.heads}) and FFN ({cfg.ffn}) must be divisible by the TP size {tp}")
+    plan = {name: ColwiseParallel() for name in COLWISE} | {name: RowwiseParallel() for name in ROWWISE}
+    for block in model.layers:
+        parallelize_module(block, mesh["tp"], plan)
+    if mesh["dp"].size() > 1:
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.layers:
+            fully_shard(block, mesh=mesh["dp"])
+        fully_shard(model, mesh=mesh["dp"])
+    return model
+
+
+def pivot_group(mesh: DeviceMesh) -> dist.ProcessGroup | None:
+    """The ranks holding distinct pieces of every sparse weight: the TP group, or the whole world
+    when FSDP shards over dp too; None for a single rank (no collective at all)."""
+    if mesh.size() == 1:
+        return None
+    return mesh["tp"].get_group() if mesh["dp"].size() == 1 else dist.group.WORLD
+
+
+def local_piece(w: torch.Tensor) -> torch.Tensor:
+    """This rank's piece of a (possibly DTensor) parameter, sharing its storage."""
+    return w.to_local() if isinstance(w, DTensor) else w
+
+
+def fast_seed(rank: int, index: int) -> int:
+    """The draws of FAST for weight ``index`` on pivot-group rank ``rank`` (distinct per piece)."""
+    return SEED + 7919 * rank + index
+
+
+def _now(device: torch.device) -> object:
+    if device.type == "cuda":
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+    return time.perf_counter()
+
+
+def _elapsed_ms(a: object, b: object) -> float:
+    if isinstance(a, float):
+        return (b - a) * 1e3  # type: ignore[operator]
+    return a.elapsed_time(b)  # type: ignore[union-attr]
+
+
+class ShardMasker:
+    """Masks of the local pieces of every sparse linear, by one method, with the pivot found over
+    ``group`` in that method's own way. Set up once; ``pivot()`` then ``masks(pivot, tie)``."""
+
+    def __init__(
+        self,
+        weights: list[torch.Tensor],
+        method: str,
+        pattern: Pattern | None,
+        density: float,
+        group: dist.ProcessGroup | None,
+        *,
+        compile: bool = False,
+    ) -> None:
+        if method not in MASK_METHODS or method == "dense":
+            raise ValueError(f"method must be one of {MASK_METHODS[1:]}, got {method!r}")
+        self.method = method
+        self.pattern = SRSTE if method == "srste" else pattern
+        if self.pattern is None:
+            raise ValueError(f"method {method!r} needs a pattern")
+        self.density = float(density)
+        self.group = group
+        self.rank = 0 if group is None else dist.get_rank(group)
+        self.world = 1 if group is None else dist.get_world_size(group)
+        self.pieces = [local_piece(w).detach() for w in weights]
+        for i, p in enumerate(self.pieces):
+            if not p.is_contiguous():
+                raise ValueError(f"piece {i} of the sparse weights is not contiguous")
+            self.pattern.check_shape(tuple(p.shape))
+        n_local = sum(p.numel() for p in self.pieces)
+        self.k = round(self.density * n_local * self.world)  # equal pieces on every rank (checked below)
+        if group is not None:
+            sizes = torch.tensor([n_local], dtype=torch.int64, device=self.pieces[0].device)
+            gathered = torch.zeros(self.world, dtype=torch.int64, device=sizes.device)
+            dist.all_gather_into_tensor(gathered, sizes, group=group)
+            if len(set(gathered.tolist())) != 1:
+                raise ValueError(f"ranks hold pieces of different sizes {gathered.tolist()}: shard evenly")
+        device = self.pieces[0].device
+        self.configs = torch.tensor(self.pattern.configs, dtype=torch.float32, device=device)
+        small_tbs = isinstance(self.pattern, TBS) and self.pattern.x <= 4
+        self.table = regular_table(self.pattern.x, device) if small_tbs else None
+        self._mask_fn: Callable = masks_of_weight
+        self.compiled = compile and method in ("torch", "vegeta")
+        if self.compiled:
+            self._mask_fn = torch.compile(masks_of_weight, fullgraph=True, dynamic=False)
+        self.seeds = [fast_seed(self.rank, i) for i in range(len(self.pieces))]
+
+    @property
+    def needs_pivot(self) -> bool:
+        return needs_pivot(self.pattern)
+
+    def pivot(self) -> tuple[float | torch.Tensor, float | torch.Tensor]:
+        """(pivot, tie share) over the group: device tensors for the baselines, floats for FAST."""
+        if not self.needs_pivot:
+            return 0.0, 1.0
+        if self.method == "fast":
+            p = find_pivot_stats(self.pieces, self.density, "gaussian", self.group, check_finite=False).pivot
+            counts = torch.zeros(2, dtype=torch.int64, device=self.pieces[0].device)
+            for w in self.pieces:
+                a = w.abs().float()
+                counts += torch.stack([(a > p).sum(), (a == p).sum()])
+            if self.group is not None:
+                dist.all_reduce(counts, group=self.group)
+            gt, eq = counts.tolist()
+            return p, 1.0 if eq == 0 else min(1.0, max(0.0, (self.k - gt) / eq))
+        mags = torch.cat([w.reshape(-1) for w in self.pieces]).abs()
+        if self.group is not None:  # what a PyTorch user does: gather every rank's |w|
+            out = torch.empty(self.world * mags.numel(), dtype=mags.dtype, device=mags.device)
+            dist.all_gather_into_tensor(out, mags, group=self.group)
+            mags = out
+        return pivot_and_tie([mags], self.k)
+
+    def masks(self, pivot: float | torch.Tensor, tie: float | torch.Tensor) -> list[torch.Tensor]:
+        """The local pieces' masks given the group's pivot and tie share."""
+        if self.method == "srste":
+            return [nm_mask(w, 2, 4, check_finite=False) for w in self.pieces]
+        if self.method == "fast":
+            return [
+                flex_mask(w, self.pattern, self.density, "fast", s, float(pivot), tie=float(tie), check_finite=False)
+                for w, s in zip(self.pieces, self.seeds, strict=True)
+            ]
+        return [
+            self._mask_fn(w, self.pattern, self.method, self.configs, pivot, tie, self.table) for w in self.pieces
+        ]
+
+
+class TPTrainer:
+    """Masked training of a parallelized Llama model: masks regenerated every ``every`` steps on
+    the local pieces, step time split into ``PARTS``. ``method="dense"`` trains without masks."""
+
+    def __init__(
+        self,
+        model: LlamaModel,
+        mesh: DeviceMesh,
+        method: str,
+        pattern: Pattern | str | None,
+        every: int,
+        *,
+        density: float = 0.5,
+        lr: float = 1e-4,
+        autocast: bool | None = None,
+        compile_baselines: bool = False,
+    ) -> None:
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every (mask refresh interval) must be an int >= 1, got {every!r}")
+        self.model, self.mesh, self.method, self.every = model, mesh, method, every
+        self.linears = sparse_linears(model)
+        self.weights = [lin.weight for lin in self.linears.values()]
+        self.device = local_piece(self.weights[0]).device
+        self.autocast = self.device.type == "cuda" if autocast is None else bool(autocast)
+        self.group = pivot_group(mesh)
+        pat = parse_pattern(pattern) if isinstance(pattern, str) else pattern
+        self.masker = (
+            None
+            if method == "dense"
+            else ShardMasker(self.weights, method, pat, density, self.group, compile=compile_baselines)
+        )
+        # one optimizer per kind of parameter (TP DTensors / the rest), so that each foreach or
+        # fused AdamW call sees tensors of one kind (no mixing of DTensor meshes and plain tensors)
+        params = [p for p in model.parameters() if p.requires_grad]
+        groups: dict[object, list[nn.Parameter]] = {}
+        for p in params:
+            key = p.device_mesh if isinstance(p, DTensor) else None
+            groups.setdefault(key, []).append(p)
+        fused = self.device.type == "cuda"
+        self.optimizers = [
+            torch.optim.AdamW(ps, lr=lr, fused=fused, foreach=None if fused else True) for ps in groups.values()
+        ]
+        self.masks: list[torch.Tensor] | None = None
+        self.step_index = 0
+        self._marks: list[tuple[bool, list[object]]] = []
+
+    @torch.no_grad()
+    def apply_masks(self) -> None:
+        """Zero the pruned weights of every local piece."""
+        if self.masks is not None:
+            for w, m in zip(self.weights, self.masks, strict=True):
+                local_piece(w).mul_(m)
+
+    @torch.no_grad()
+    def regenerate(self) -> tuple[object, object]:
+        """New masks from the current weights, applied; returns the timing marks after the pivot
+        and after the masks."""
+        assert self.masker is not None
+        pivot, tie = self.masker.pivot()
+        t_pivot = _now(self.device)
+        self.masks = self.masker.masks(pivot, tie)
+        self.apply_masks()
+        return t_pivot, _now(self.device)
+
+    def forward_backward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Loss (detached) of ``tokens`` after its backward; gradients left in ``.grad``."""
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            loss = self.model.loss(tokens)
+        loss.backward()
+        return loss.detach()
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """One training step (regeneration on schedule); the loss as a device scalar."""
+        marks = [_now(self.device)]
+        regen = self.masker is not None and self.step_index % self.every == 0
+        if regen:
+            marks += list(self.regenerate())
+        else:
+            marks += [marks[0], marks[0]]
+        loss = self.forward_backward(tokens)
+        marks.append(_now(self.device))
+        for opt in self.optimizers:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        self.apply_masks()
+        marks.append(_now(self.device))
+        self._marks.append((regen, marks))
+        self.step_index += 1
+        return loss
+
+    def reset_times(self) -> None:
+        """Forget the marks of the steps so far (the warm-up)."""
+        self._marks.clear()
+
+    def times_ms(self) -> dict[str, float]:
+        """Mean ms per step of every part over the steps since ``reset_times``, the slowest rank's
+        per part (a collective over the world), plus ``step`` (their sum) and ``regenerations``."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        sums = dict.fromkeys(PARTS, 0.0)
+        for _, (t0, t1, t2, t3, t4) in self._marks:
+            sums["pivot"] += _elapsed_ms(t0, t1) if t1 is not t0 else 0.0
+            sums["mask"] += _elapsed_ms(t1, t2) if t2 is not t0 else 0.0
+            sums["fwd_bwd"] += _elapsed_ms(t2, t3)
+            sums["optimizer"] += _elapsed_ms(t3, t4)
+        n = max(1, len(self._marks))
+        vals = torch.tensor([sums[p] / n for p in PARTS], dtype=torch.float64, device=self.device)
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(vals, op=dist.ReduceOp.MAX)
+        out = dict(zip(PARTS, vals.tolist(), strict=True))
+        out["step"] = sum(out[p] for p in PARTS)
+        out["regenerations"] = float(sum(r for r, _ in self._marks))
+        return out
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def full_masks(trainer: TPTrainer) -> list[torch.Tensor]:
+    """Every sparse linear's global mask (a collective: every rank calls it), as the weights'
+    DTensor layout assembles the local masks; the masks themselves where nothing is sharded."""
+    assert trainer.masks is not None
+    out = []
+    for w, m in zip(trainer.weights, trainer.masks, strict=True):
+        if isinstance(w, DTensor):
+            full = DTensor.from_local(m.to(torch.uint8), w.device_mesh, w.placements, run_check=False)
+            out.append(full.full_tensor().bool())
+        else:
+            out.append(m)
+    return out
+
+
+def reference_masks(
+    pieces: list[list[torch.Tensor]], method: str, pattern: Pattern | None, density: float
+) -> tuple[list[list[torch.Tensor]], float, float]:
+    """The single-process reference of ``pieces[rank][i]`` (every rank's local pieces, gathered):
+    the exact pivot and tie share of all of them together (the global weights), then each piece's
+    mask by the readable reference with that pivot (FAST: the piece's own seed). Returns the
+    masks, the pivot and the tie share."""
+    if method == "srste":
+        return [[nm_mask_reference(w, 2, 4) for w in ws] for ws in pieces], 0.0, 1.0
+    assert pattern is not None
+    flat = [w for ws in pieces for w in ws]
+    pivot = find_pivot(flat, density, method="exact")
+    tie = tie_share(flat, pivot, density)
+    masks = [
+        [flex_mask_reference(w, pattern, density, method, fast_seed(r, i), pivot, tie) for i, w in enumerate(ws)]
+        for r, ws in enumerate(pieces)
+    ]
+    return masks, pivot, tie
+
+
+def _agree(got: torch.Tensor, want: torch.Tensor, w: torch.Tensor, pattern: Pattern, exact: bool) -> bool:
+    """Equal masks; or (fused Triton / compiled forms, whose float32 arithmetic may round a tile's
+    target the other way) at most 1e-4 of the tiles with another configuration and, where the
+    configuration agrees, the same kept |W| per tile (layouts whose sums tie may differ)."""
+    if torch.equal(got, want):
+        return True
+    if exact:
+        return False
+    same = pattern.tile_configs(got) == pattern.tile_configs(want)
+    if (~same).float().mean().item() > 1e-4:
+        return False
+    mags = pattern.tiles(w.abs().double())
+    kept = [(mags * pattern.tiles(x)).flatten(1).sum(1)[same] for x in (got, want)]
+    return bool(torch.allclose(kept[0], kept[1], rtol=1e-6, atol=0.0))
+
+
+def gather_check_masks(trainer: TPTrainer, density: float = 0.5) -> list[str]:
+    """Regenerate the masks once and check them against the single-process reference: every
+    rank's pieces and masks are gathered on rank 0 of the pivot group (in this check only), the
+    reference is made there from all pieces together, and the pivot and tie share the method
+    found over the group are compared with the exact ones. Returns the failures (rank 0 of the
+    group; [] elsewhere); every rank of the group must call it."""
+    masker = trainer.masker
+    if masker is None:
+        return []
+    pivot, tie = masker.pivot()
+    masks = masker.masks(pivot, tie)
+    pivot, tie = float(pivot), float(tie)
+    mine = ([p.cpu() for p in masker.pieces], [m.cpu() for m in masks], pivot, tie)
+    group = masker.group
+    if group is None:
+        got = [mine]
+    else:
+        got = [None] * masker.world if masker.rank == 0 else None
+        dist.gather_object(mine, got, dst=dist.get_global_rank(group, 0), group=group)
+    if masker.rank != 0:
+        return []
+    pieces = [g[0] for g in got]
+    want, ref_pivot, ref_tie = reference_masks(pieces, masker.method, masker.pattern, density)
+    bad = []
+    for r, (_, ms, p, t) in enumerate(got):
+        if masker.needs_pivot and (p, float(torch.tensor(t, dtype=torch.float32))) != (
+            ref_pivot,
+            float(torch.tensor(ref_tie, dtype=torch.float32)),
+        ):
+            bad.append(f"rank {r}: pivot/tie ({p}, {t}) != exact ({ref_pivot}, {ref_tie})")
+        exact = not (masker.compiled or (masker.method == "fast" and masks[0].is_cuda))
+        for i, (m, ref, w) in enumerate(zip(ms, want[r], pieces[r], strict=True)):
+            if not _agree(m, ref, w, masker.pattern, exact):
+                name = list(trainer.linears)[i]
+                bad.append(f"rank {r}: {masker.method} mask of {name} differs from the reference")
+    return bad
