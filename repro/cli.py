@@ -76,6 +76,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     mod = get_suite(args.suite)
     device = _parse_device(args.device)
+    # under torchrun (suites that run distributed): one GPU per local rank, and rank 0 alone writes
+    local_rank, rank = os.environ.get("LOCAL_RANK"), int(os.environ.get("RANK", "0"))
+    if device.type == "cuda" and device.index is None and local_rank is not None:
+        import torch
+
+        device = torch.device("cuda", int(local_rank))
+        torch.cuda.set_device(device)
     profile = pick_profile(args.profile, device)
     profiles = getattr(mod, "PROFILES", ("smoke", "full"))  # "paper": training suites only
     if profile not in profiles:
@@ -100,6 +107,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     ctx = RunContext(args.suite, mod.ARTIFACT, device, profile, ceilings, results)
     mod.run(ctx)
+    if rank != 0:
+        print(f"   rank {rank}: done (rank 0 writes the results)", flush=True)
+        return 0
     ctx.add_ceiling_rows()
     path = results.write()
     print(f"   wrote {len(results.rows)} rows to {path}")

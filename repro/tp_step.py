@@ -260,9 +260,7 @@ class ShardMasker:
                 flex_mask(w, self.pattern, self.density, "fast", s, float(pivot), tie=float(tie), check_finite=False)
                 for w, s in zip(self.pieces, self.seeds, strict=True)
             ]
-        return [
-            self._mask_fn(w, self.pattern, self.method, self.configs, pivot, tie, self.table) for w in self.pieces
-        ]
+        return [self._mask_fn(w, self.pattern, self.method, self.configs, pivot, tie, self.table) for w in self.pieces]
 
 
 class TPTrainer:

@@ -15,6 +15,7 @@ SUITES: dict[str, str] = {
     "table3": "suites.table3",
     "figure3": "suites.figure3",
     "pivot_comm": "suites.pivot_comm",
+    "fast_figure3_e2e": "suites.fast_figure3_e2e",
     "figure6": "suites.figure6",
     "table8": "suites.table8",
     # Hu et al.'s training dynamics and losses (pretraining runs, suites/_pretrain.py)
@@ -31,7 +32,19 @@ SUITES: dict[str, str] = {
 # Suites whose smoke profile runs the PyTorch references on a CPU instead of the Triton
 # interpreter (their kernels are large; the interpreter would take minutes; the tests cover them).
 NO_SMOKE_INTERPRETER = frozenset(
-    {"figure3", "figure6", "table8", "figure1", "figure2", "hu_figure3", "figure10", "hu_table1", "table5", "table7"}
+    {
+        "figure3",
+        "fast_figure3_e2e",
+        "figure6",
+        "table8",
+        "figure1",
+        "figure2",
+        "hu_figure3",
+        "figure10",
+        "hu_table1",
+        "table5",
+        "table7",
+    }
 )
 
 

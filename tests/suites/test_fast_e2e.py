@@ -1,4 +1,4 @@
-"""FAST Fig. 3 end to end (repro.tp_step, suites.fast_e2e) on the CPU with gloo: the tensor-parallel
+"""FAST Fig. 3 end to end (repro.tp_step, suites.fast_figure3_e2e) on the CPU with gloo: the tensor-parallel
 step equals the unsharded model's step (loss and every gradient) for dense training and a flex
 pattern, at world 1 and 2; masks made on the shards with each method's distributed pivot equal
 the single-process reference; the suite's smoke profile runs through the CLI."""
@@ -6,9 +6,6 @@ the single-process reference; the suite's smoke profile runs through the CLI."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -48,7 +45,10 @@ def _worker(rank: int, world: int, tp: int, tmp: str) -> None:
             loss = trainer.forward_backward(mine)
             losses = [torch.zeros(()) for _ in range(world)]
             dist.all_gather(losses, loss.float())
-            grads = {n: p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad for n, p in model.named_parameters()}
+            grads = {
+                n: p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+                for n, p in model.named_parameters()
+            }
             masks = full_masks(trainer) if method != "dense" else None
             if rank == 0:  # the unsharded model, same weights, same (global) masks, whole batch
                 torch.manual_seed(0)
@@ -62,7 +62,8 @@ def _worker(rank: int, world: int, tp: int, tmp: str) -> None:
                 ref_grads = dict(ref.named_parameters())
                 mean_loss = sum(float(x) for x in losses) / world
                 worst = max(
-                    float((grads[n] - p.grad).abs().max() / p.grad.abs().max().clamp(min=1e-12)) for n, p in ref_grads.items()
+                    float((grads[n] - p.grad).abs().max() / p.grad.abs().max().clamp(min=1e-12))
+                    for n, p in ref_grads.items()
                 )
                 out["equal"][f"{method} {pattern}"] = {
                     "loss": mean_loss,
