@@ -165,6 +165,12 @@ def fast_seed(rank: int, index: int) -> int:
     return SEED + 7919 * rank + index
 
 
+def _all_gather(out: torch.Tensor, t: torch.Tensor, group: dist.ProcessGroup) -> None:
+    """Every rank's equal-sized ``t`` into ``out`` (rank order), by the name this torch has."""
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(out, t, group=group)
+
+
 def _now(device: torch.device) -> object:
     if device.type == "cuda":
         e = torch.cuda.Event(enable_timing=True)
@@ -213,7 +219,7 @@ class ShardMasker:
         if group is not None:
             sizes = torch.tensor([n_local], dtype=torch.int64, device=self.pieces[0].device)
             gathered = torch.zeros(self.world, dtype=torch.int64, device=sizes.device)
-            dist.all_gather_into_tensor(gathered, sizes, group=group)
+            _all_gather(gathered, sizes, group)
             if len(set(gathered.tolist())) != 1:
                 raise ValueError(f"ranks hold pieces of different sizes {gathered.tolist()}: shard evenly")
         device = self.pieces[0].device
@@ -247,7 +253,7 @@ class ShardMasker:
         mags = torch.cat([w.reshape(-1) for w in self.pieces]).abs()
         if self.group is not None:  # what a PyTorch user does: gather every rank's |w|
             out = torch.empty(self.world * mags.numel(), dtype=mags.dtype, device=mags.device)
-            dist.all_gather_into_tensor(out, mags, group=self.group)
+            _all_gather(out, mags, self.group)
             mags = out
         return pivot_and_tie([mags], self.k)
 

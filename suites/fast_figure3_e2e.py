@@ -7,7 +7,8 @@ Runs in one process (world 1) or under ``torchrun`` (world = the launch's, TP ov
 ``torchrun --nproc-per-node N -m repro run fast_figure3_e2e --profile full`` (rank 0 writes the
 results). Profiles:
 
-- smoke: CPU, gloo, a tiny Llama (hidden 256, FFN 512, 2 layers), refresh every step, 2 timed steps.
+- smoke: CPU, gloo, a tiny Llama (hidden 128 x world, FFN 256 x world, 2 layers: every rank's pieces
+  keep the size of world 1's and Vegeta(8)'s 128-wide tiles), refresh every step, 2 timed steps.
 - full: MAP-NEO 460M, and MAP-NEO 7B cut to as many layers as fit one GPU's memory at this world
   size (``layers_that_fit``; per-layer costs scale, the cut is in the row's model name), refresh
   every 1 and every 10 steps (the paper does not state its interval). ``FAST_E2E_MODELS`` (comma
@@ -66,7 +67,7 @@ FLEX_PATTERNS = ("TBS(4)", "TBS(8)", "Vegeta(4)", "Vegeta(8)")  # suites/figure3
 FLEX_METHODS = ("torch", "vegeta", "fast")
 PAPER_WORLD = 8  # one node of 8 A800s (Fig. 3 caption)
 PAPER_MODEL = "map-neo-7b"
-SMOKE = LlamaConfig(hidden=256, ffn=512, layers=2, heads=4, vocab=256, seq_len=32)
+SMOKE = LlamaConfig(hidden=128, ffn=256, layers=2, heads=4, vocab=256, seq_len=32)  # hidden, FFN x world
 FULL_MODELS = ("map-neo-460m", "map-neo-7b")
 SEQ = 2048
 BATCH = {"map-neo-460m": 4, "map-neo-7b": 1, "smoke": 2}  # sequences per data-parallel rank
@@ -93,7 +94,8 @@ def layers_that_fit(cfg: LlamaConfig, mem_bytes: int, world: int, batch: int, se
 def _models(ctx: RunContext, world: int) -> dict[str, tuple[LlamaConfig, int]]:
     """Model label -> (config, batch per dp rank)."""
     if ctx.profile != "full":
-        return {"smoke": (SMOKE, BATCH["smoke"])}
+        cfg = dataclasses.replace(SMOKE, hidden=SMOKE.hidden * world, ffn=SMOKE.ffn * world, heads=SMOKE.heads * world)
+        return {"smoke": (cfg, BATCH["smoke"])}
     wanted = [m for m in os.environ.get("FAST_E2E_MODELS", ",".join(FULL_MODELS)).split(",") if m]
     mem = torch.cuda.get_device_properties(ctx.device).total_memory
     out = {}
@@ -125,9 +127,13 @@ def run(ctx: RunContext) -> None:
     env = dist_env()
     device = ctx.device
     created = init_distributed(device)
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # ranks (and other jobs) share the host's cores, as torchrun sets it
     try:
         _run(ctx, device, env.world)
     finally:
+        torch.set_num_threads(threads)
         if created:
             dist.destroy_process_group()
 

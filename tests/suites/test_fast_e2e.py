@@ -6,6 +6,9 @@ the single-process reference; the suite's smoke profile runs through the CLI."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -101,3 +104,37 @@ def test_tp_step_world1():
 @pytest.mark.slow
 def test_tp_step_world2_tensor_parallel():
     _assert_ok(_launch(2, 2))
+
+
+@pytest.mark.slow
+def test_smoke_profile_through_the_cli(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    cmd = [sys.executable, "-m", "repro", "run", "fast_figure3_e2e", "--profile", "smoke"]
+    cmd += ["--device", "cpu", "--results-dir", str(tmp_path), "--no-figure"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from repro.results import read_results
+    from suites import fast_figure3_e2e as suite
+
+    df = read_results(tmp_path / "cpu" / "fast_figure3_e2e.csv")
+    checks = df[df["metric"] == "mask_check"]
+    assert len(checks) == 1 + 3 * len(suite.FLEX_PATTERNS)  # SR-STE and every flex pattern x method
+    steps = df[df["metric"] == "step_ms"]
+    assert set(steps["method"]) == {"dense", "srste", "torch", "vegeta", "fast"} and (steps["value"] > 0).all()
+    table = suite.compare(df)
+    paper = table[table["pattern"].str.startswith("paper")]
+    assert len(paper) == 1 and paper["comparable"].iloc[0].startswith("not comparable: model smoke")
+    assert suite.verdict(df).status == "not comparable"
+
+
+def test_layers_that_fit_and_reasons():
+    from suites import fast_figure3_e2e as suite
+
+    cfg = suite.CONFIGS["map-neo-7b"]
+    one = suite.layers_that_fit(cfg, 80 * 2**30, 1, 1, 2048)
+    assert 1 <= one < cfg.layers
+    assert suite.layers_that_fit(cfg, 141 * 2**30, 8, 1, 2048) == cfg.layers
+    full = {"world_size": 8.0, "layers": 28.0, "paper_layers": 28.0}
+    assert suite.not_comparable_reason("map-neo-7b", full) == ""
+    assert "cut to 6 of 28" in suite.not_comparable_reason("map-neo-7b-cut6of28", {**full, "layers": 6.0})
+    assert "world size 1" in suite.not_comparable_reason("map-neo-7b", {**full, "world_size": 1.0})
