@@ -24,7 +24,8 @@ CASES = (("dense", None), ("fast", "TBS(4)"), ("torch", "TBS(8)"), ("vegeta", "V
 EQUAL = (("dense", None), ("fast", "TBS(4)"))
 
 
-def _worker(rank: int, world: int, tp: int, tmp: str) -> None:
+def _worker(rank: int, world: int, tp: int, tmp: str, interpret: bool) -> None:
+    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"  # FAST's fused kernels, or the reference
     from repro.tp_step import TPTrainer, build_mesh, full_masks, gather_check_masks, parallelize_llama
 
     torch.set_num_threads(1)
@@ -81,9 +82,9 @@ def _worker(rank: int, world: int, tp: int, tmp: str) -> None:
         dist.destroy_process_group()
 
 
-def _launch(world: int, tp: int) -> dict:
+def _launch(world: int, tp: int, interpret: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="fast_e2e_") as tmp:
-        mp.start_processes(_worker, args=(world, tp, tmp), nprocs=world, join=True, start_method="spawn")
+        mp.start_processes(_worker, args=(world, tp, tmp, interpret), nprocs=world, join=True, start_method="spawn")
         return json.loads(Path(tmp, "out.json").read_text())
 
 
@@ -98,17 +99,21 @@ def _assert_ok(out: dict) -> None:
 
 
 def test_tp_step_world1():
-    _assert_ok(_launch(1, 1))
+    _assert_ok(_launch(1, 1, interpret=False))
 
 
 @pytest.mark.slow
+def test_tp_step_world1_fused_kernels_interpreted():
+    _assert_ok(_launch(1, 1, interpret=True))  # FAST's Triton kernels (interpreter) vs the reference
+
+
 def test_tp_step_world2_tensor_parallel():
-    _assert_ok(_launch(2, 2))
+    _assert_ok(_launch(2, 2, interpret=False))
 
 
-@pytest.mark.slow
 def test_smoke_profile_through_the_cli(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    env.pop("TRITON_INTERPRET", None)  # the CLI decides per suite, as for a user
     cmd = [sys.executable, "-m", "repro", "run", "fast_figure3_e2e", "--profile", "smoke"]
     cmd += ["--device", "cpu", "--results-dir", str(tmp_path), "--no-figure"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
