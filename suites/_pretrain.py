@@ -364,6 +364,11 @@ def curve(run_dir: Path, column: str, frac: float = 0.05) -> tuple[np.ndarray, n
 
 
 def scale_note(df: pd.DataFrame) -> str:
-    """ "GPT-2 124M, 9.8M tokens" style: what the runs behind these rows trained."""
-    shapes = sorted(set(df.loc[df["metric"] == "val_loss", "shape"]))
-    return "; ".join(s.replace("/", ", ").replace("tok", " tokens") for s in shapes) or "no runs"
+    """ "gpt2-124m, 9.8M tokens" style: what the runs behind these rows trained (reduced scale is
+    said next to every number)."""
+    notes = []
+    for s in sorted(set(df.loc[df["metric"] == "val_loss", "shape"])):
+        model, _, tok = s.partition("/")
+        n = float(tok.removesuffix("tok")) if tok.removesuffix("tok").isdigit() else float("nan")
+        notes.append(f"{model}, {n / 1e6:.1f}M tokens" if n == n else s)
+    return "; ".join(notes) or "no runs"
