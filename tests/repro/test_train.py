@@ -256,6 +256,9 @@ RESUME_CASES = {
     "srste-decay-on-weight": {"mode": "srste", "decay_on": "weight", "decay": 0.05},
     "fst-dense-pretrain": {"mode": "fst", "dense_phase": "pretrain"},
     "weight24-accum": {"mode": "weight24", "grad_accum": 2, "decay": 1e-3},
+    "step-auto": {"mode": "step"},  # AutoSwitch: at the latest at step 3 of 6
+    "step-fixed": {"mode": "step", "step_switch": "fixed", "decay": 1e-3},  # switch after step 2
+    "bimask": {"mode": "bimask", "decay": 1e-3},  # permutation searched every 2 steps
 }
 
 
@@ -279,6 +282,10 @@ def test_resume_is_bit_exact(corpus, tmp_path, case):
     assert rows(tmp_path / "straight" / "val.csv") == rows(run / "val.csv")
     ck = load_checkpoint(run)
     assert ck["step"] == 6 and TrainConfig.from_dict(ck["config"]) == cfg
+    if cfg.mode == "step":  # the run did switch to 2:4 (fixed: after step 2; auto: by step 3)
+        at = ck["optimizer"]["param_groups"][0]["step_switched_at"]
+        assert (at == 2) if cfg.step_switch == "fixed" else (1 <= at <= 3)
+        assert ck["sparse"] and all(v["switched"] for v in ck["sparse"].values())
 
 
 def test_resume_after_a_crash_drops_later_log_rows(corpus, tmp_path):
