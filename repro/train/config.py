@@ -132,7 +132,7 @@ class TrainConfig:
         choice("mask", FLEX_MASKS)
         choice("step_switch", STEP_SWITCHES)
         if self.arch == "llama":
-            from repro.models.llama import LLAMA_MODELS
+            from repro.train.flexmask import LLAMA_MODELS
 
             if self.model not in LLAMA_MODELS:
                 known = sorted(LLAMA_MODELS)

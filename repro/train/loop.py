@@ -80,7 +80,7 @@ def train(
     ckpt_path = run_dir / "checkpoint.pt"
 
     model = build_model(cfg, device)
-    data = TrainData(cfg, d, device, model.cfg.vocab_size)
+    data = TrainData(cfg, d, device, getattr(model.cfg, "vocab_size", None) or model.cfg.vocab)  # GPT-2 / Llama
     optimizer = build_optimizer(cfg, model)
     scaler = torch.amp.GradScaler("cuda") if amp == torch.float16 else None
     layers = {n: m for n, m in model.named_modules() if any(m is f for f in ffn_linears(model))}
