@@ -46,7 +46,7 @@ PATTERNS = {"4:8": "4:8", "us": "unstructured", "tbs88": "TBS(8,8)"}
 
 LLAMA_MODELS: dict[str, LlamaConfig] = {
     # CPU smoke: one block, byte vocabulary
-    "llama-micro": LlamaConfig(hidden=32, ffn=64, layers=1, heads=2, vocab=256, seq_len=64),
+    "llama-micro": LlamaConfig(hidden=32, ffn=64, layers=1, heads=2, vocab=257, seq_len=64),  # + end-of-text
     "llama-tiny": CONFIGS["tiny"],
     # the H100 scale: MAP-NEO's shape rules (SwiGLU, untied embeddings, head dim 64) at ~30M
     # non-embedding parameters, GPT-2's BPE vocabulary (the offline corpus's tokenizer), padded
