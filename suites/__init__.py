@@ -25,13 +25,27 @@ SUITES: dict[str, str] = {
     "hu_table1": "suites.hu_table1",
     "table5": "suites.table5",
     "table7": "suites.table7",
+    # downstream accuracy (issue 23)
+    "fast_table1": "suites.fast_table1",
 }
 
 
 # Suites whose smoke profile runs the PyTorch references on a CPU instead of the Triton
 # interpreter (their kernels are large; the interpreter would take minutes; the tests cover them).
 NO_SMOKE_INTERPRETER = frozenset(
-    {"figure3", "figure6", "table8", "figure1", "figure2", "hu_figure3", "figure10", "hu_table1", "table5", "table7"}
+    {
+        "figure3",
+        "figure6",
+        "table8",
+        "figure1",
+        "figure2",
+        "hu_figure3",
+        "figure10",
+        "hu_table1",
+        "table5",
+        "table7",
+        "fast_table1",
+    }
 )
 
 
