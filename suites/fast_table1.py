@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from repro.eval.evalsets import SMOKE_SETS
 from repro.paper import load_paper
 from repro.plots import PALETTE, new_figure, save
-from repro.provenance import REPO
 from repro.suite import RunContext
 from repro.train import TrainConfig, ensure_run
 from suites import _pretrain as P
@@ -104,7 +104,7 @@ def run(ctx: RunContext) -> None:
         nnz[mask] = nonzero_weights(llama_config(cfg.model, mask, cfg.seq_len), mask)
     slack = 3 * 8 * llama_config(cfg.model, "dense", cfg.seq_len).hidden * llama_config(cfg.model, "dense", 16).layers
     ctx.check(all(0 <= nnz[m] - nnz["dense"] <= slack for m in MASKS), f"non-zero counts match: {nnz}")
-    evalsets = REPO / "tests/fixtures/evalsets" if ctx.profile == "smoke" else None
+    evalsets = SMOKE_SETS if ctx.profile == "smoke" else None
     tok = _byte_tokenizer() if ctx.profile == "smoke" else None
     for mask in MASKS:
         cfg = config(mask, ctx.profile, data)
