@@ -207,6 +207,7 @@ def _suite_page(name: str, mod, df: pd.DataFrame, figures_dir: Path, out: Path) 
         f"<p>{_e(mod.PAPER)} {_e(mod.ARTIFACT)}. Rebuild: <code>snakemake {_e(name)}</code> "
         f"(or <code>python -m repro run {_e(name)}</code>).</p>",
         f"<p>{_e(_first_paragraph(mod.__doc__))}</p>",
+        *([f"<p class='smoke'><b>Reduced scale.</b> {_e(mod.SCALE)}</p>"] if getattr(mod, "SCALE", "") else []),
         "<h2>Correctness checks that gate the numbers</h2>",
         "<ul>" + "".join(f"<li>{_e(c)}</li>" for c in getattr(mod, "CHECKS", ())) + "</ul>",
         "<p>A failed check stops the run and writes nothing. A row says <code>verified=True</code> only "

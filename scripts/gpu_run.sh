@@ -19,7 +19,7 @@ python3 -m snakemake --version
 python3 -m snakemake $TARGETS 2>&1 | tee "$OUT/snakemake.log"
 rc=$?
 [ "${TESTS:-1}" = 1 ] && TRITON_INTERPRET=0 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_sparse_gemm.py tests/kernels/test_masked_decay.py \
-    tests/kernels/test_cslt_pack.py tests/layers tests/kernels/test_mvue.py tests/kernels/test_geglu.py \
+    tests/kernels/test_cslt_pack*.py tests/layers tests/kernels/test_mvue.py tests/kernels/test_geglu.py \
     2>&1 | tail -5 | tee -a "$OUT/snakemake.log"
 if [ "${BENCH:-0}" = 1 ]; then  # also save a pytest-benchmark baseline of this GPU
     bash scripts/bench_baseline.sh -q 2>&1 | tail -40 | tee "$OUT/bench.log"

@@ -40,6 +40,13 @@ CHECKS = (
 )
 OFFLINE_PLUS = "data/offline-en-plus"  # python -m repro data build --corpus offline-en-plus
 OPENWEBTEXT = "data/openwebtext"  # python -m repro data hf openwebtext (needs the hub)
+SCALE = (
+    "ours: GPT-2 124M for 600 steps of 16 x 1024 tokens (9.8M tokens) and a 6-layer d=384 GPT-2 for 300 steps "
+    "(4.9M tokens), on the 14.8M-token offline corpus (offline-en-plus; less than one pass), validation loss on "
+    "its held-out split; paper: GPT-2 on OpenWebText with nanoGPT (491,520 tokens per step; token count not "
+    "stated), BERT-base on C4, Transformer-base on WMT14. Only differences between methods compare; absolute "
+    "losses do not. `--profile paper` runs the paper's configuration."
+)
 DATA = {"full": OFFLINE_PLUS}  # corpus per profile that the workflow builds first (smoke writes its own)
 HEADLINE, SWEEP = "headline", "sweep"
 PAPER_LAMBDA_124M = 6e-5  # Hu et al. Table 1, GPT-2 124M
@@ -364,6 +371,11 @@ def curve(run_dir: Path, column: str, frac: float = 0.05) -> tuple[np.ndarray, n
 
 
 def scale_note(df: pd.DataFrame) -> str:
-    """ "GPT-2 124M, 9.8M tokens" style: what the runs behind these rows trained."""
-    shapes = sorted(set(df.loc[df["metric"] == "val_loss", "shape"]))
-    return "; ".join(s.replace("/", ", ").replace("tok", " tokens") for s in shapes) or "no runs"
+    """ "gpt2-124m, 9.8M tokens" style: what the runs behind these rows trained (reduced scale is
+    said next to every number)."""
+    notes = []
+    for s in sorted(set(df.loc[df["metric"] == "val_loss", "shape"])):
+        model, _, tok = s.partition("/")
+        n = float(tok.removesuffix("tok")) if tok.removesuffix("tok").isdigit() else float("nan")
+        notes.append(f"{model}, {n / 1e6:.1f}M tokens" if n == n else s)
+    return "; ".join(notes) or "no runs"

@@ -27,6 +27,7 @@ TITLE = "Hu et al. 2024 Fig. 1: flip rate of dense, STE and masked decay at seve
 CHECKS = P.CHECKS
 PROFILES = P.PROFILES
 DATA = P.DATA
+SCALE = P.SCALE
 LABELS = {"sweep-dense": "dense (mask never applied)", "sweep-ste": "STE (lambda_W = 0)"}
 LABELS.update({f"sweep-decay-grads-{P.lam(x)}": f"masked decay, lambda_W = {x:g}" for x in P.SWEEP_LAMBDAS})
 

@@ -24,6 +24,7 @@ TITLE = "Hu et al. 2024 Fig. 10: training loss of GPT-2 124M, dense vs 2:4 recip
 CHECKS = P.CHECKS
 PROFILES = P.PROFILES
 DATA = P.DATA
+SCALE = P.SCALE
 
 
 def _method(rid: str) -> str:

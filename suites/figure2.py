@@ -25,6 +25,7 @@ TITLE = "Hu et al. 2024 Fig. 2: masked decay on weights vs on gradients (flip ra
 CHECKS = P.CHECKS
 PROFILES = P.PROFILES
 DATA = P.DATA
+SCALE = P.SCALE
 WEIGHTS, GRADS = f"sweep-decay-weights-{P.lam(6e-5)}", f"sweep-decay-grads-{P.lam(6e-5)}"
 LABELS = {
     "sweep-dense": "dense (mask never applied)",

@@ -25,6 +25,7 @@ TITLE = "Hu et al. 2024 Fig. 3: dense fine-tuning vs dense pre-training vs none 
 CHECKS = P.CHECKS
 PROFILES = P.PROFILES
 DATA = P.DATA
+SCALE = P.SCALE
 LABELS = {
     "sweep-fst": "dense fine-tuning (last 1/6)",
     "sweep-fst-pretrain": "dense pre-training (first 1/6)",

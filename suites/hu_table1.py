@@ -30,6 +30,7 @@ TITLE = "Hu et al. 2024 Table 1: lambda_W for GPT-2 124M by the flip-rate test"
 CHECKS = P.CHECKS
 PROFILES = P.PROFILES
 DATA = P.DATA
+SCALE = P.SCALE
 
 
 def flip_at(log: pd.DataFrame, t0: int) -> float:

@@ -27,6 +27,7 @@ TITLE = "Hu et al. 2024 Table 5 (loss): GPT-2 124M validation loss, dense vs fst
 CHECKS = P.CHECKS
 PROFILES = P.PROFILES
 DATA = P.DATA
+SCALE = P.SCALE
 GAP_TOL = 0.05  # nats: how far our fst - dense gap may sit from the paper's and still count
 
 

@@ -28,6 +28,7 @@ TITLE = "Hu et al. 2024 Table 7 (loss): ablation of masked decay, MVUE and dense
 CHECKS = P.CHECKS
 PROFILES = P.PROFILES
 DATA = P.DATA
+SCALE = P.SCALE
 MVUE_COST_TOL = 0.05  # nats: "insignificant" MVUE cost, at most this much loss
 # Each technique's effect: (row without it, row with it), as the paper's rows pair up.
 EFFECTS = {"decay": ("none", "decay"), "mvue": ("decay", "decay+mvue"), "dense_ft": ("decay", "decay+ft")}

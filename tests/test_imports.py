@@ -115,3 +115,35 @@ def test_exported_names_do_not_shadow_submodules(package):
         name for name in submodules if hasattr(pkg, name) and getattr(pkg, name).__class__.__name__ != "module"
     )
     assert not shadowed, f"{package} exports {shadowed}, which shadow its submodules of the same names"
+
+
+def _flag_writes(path: Path) -> list[str]:
+    """Places where ``path`` rebinds module-level state at run time: a ``global`` statement (a
+    function rebinding one of its module's names) or an assignment to an attribute of an imported
+    repository module (``timing.FLAG = True`` from elsewhere)."""
+    tree = ast.parse(path.read_text(), str(path))
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] in PACKAGES}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES:
+            modules |= {a.asname or a.name for a in node.names if _is_module(f"{node.module}.{a.name}")}
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            bad.append(f"{path.relative_to(REPO)}:{node.lineno}: global {', '.join(node.names)}")
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        )
+        for t in targets:
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in modules:
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno}: {t.value.id}.{t.attr} = ...")
+    return bad
+
+
+def test_no_process_wide_mutable_flags():
+    """No module changes module-level state at run time (issue 28: one failed CUDA-graph capture
+    must not change how every later number in the process is timed): such state lives in objects
+    that a run owns (``RunContext.capture``), never in module globals."""
+    bad = [v for path in _sources() for v in _flag_writes(path)]
+    assert not bad, "module-level state rebound at run time:\n" + "\n".join(bad)

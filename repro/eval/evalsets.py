@@ -39,6 +39,8 @@ from repro.data.offline import REPO, Package, default_cache, fetch
 from repro.data.tokens import DataError, Progress
 
 DEFAULT_OUT = REPO / "data" / "evalsets"
+SMOKE_SETS = Path(__file__).resolve().parent / "smoke_sets"
+"""A few hand-written items per task in the same format (no third-party text): smoke runs and tests."""
 MANIFEST = "manifest.json"
 FORMAT = "repro-evalsets-v1"
 REBUILD = "python -m repro data evalsets --out {out}"

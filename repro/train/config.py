@@ -21,10 +21,28 @@ from typing import Any
 
 from repro.models.gpt2 import CONFIGS, GPT2Config
 
-__all__ = ["AMP_DTYPES", "DECAY_ON", "DENSE_PHASES", "MODELS", "MODES", "TrainConfig", "model_config"]
+__all__ = [
+    "AMP_DTYPES",
+    "ARCHS",
+    "DECAY_ON",
+    "DENSE_PHASES",
+    "FLEX_MASKS",
+    "LATE_DEFAULTS",
+    "MODELS",
+    "MODES",
+    "RECIPE_MODES",
+    "TrainConfig",
+    "model_config",
+]
 
-MODES = ("dense", "fst", "srste", "ste", "weight24", "half")
-"""``ste`` = srste without masked decay; ``half`` = dense FFN of half the width (iso-FLOP baseline)."""
+MODES = ("dense", "fst", "srste", "ste", "weight24", "half", "step", "bimask")
+"""``ste`` = srste without masked decay; ``half`` = dense FFN of half the width (iso-FLOP baseline);
+``step`` / ``bimask``: STEP and Bi-Mask (``kernels.layers.recipes``), the baselines of Hu et al. Table 4."""
+RECIPE_MODES = ("step", "bimask")
+STEP_SWITCHES = ("auto", "fixed")
+ARCHS = ("gpt2", "llama")
+FLEX_MASKS = ("dense", "4:8", "us", "tbs88")
+"""FAST Table I's masks (``arch='llama'``): dense, 4:8, unstructured 50%, TBS(8,8) (``kernels.ops.flex``)."""
 SPARSE_MODES = ("fst", "srste", "ste", "weight24")
 DECAY_ON = ("grad", "weight")
 DENSE_PHASES = ("none", "finetune", "pretrain")
@@ -41,8 +59,13 @@ MODELS: dict[str, GPT2Config] = {
 
 def model_config(name: str, mode: str, seq_len: int) -> GPT2Config:
     """The GPT-2 shape ``name`` with the FFN of ``mode`` and ``seq_len`` positions."""
-    ffn_mode = {"ste": "srste", "half": "half"}.get(mode, mode)
+    ffn_mode = {"ste": "srste", "half": "half", "step": "dense", "bimask": "dense"}.get(mode, mode)
     return dataclasses.replace(MODELS[name], ffn_mode=ffn_mode, seq_len=seq_len)
+
+
+LATE_DEFAULTS: dict[str, Any] = {"step_switch": "auto", "arch": "gpt2", "mask": "dense"}
+"""Fields added after runs existed: ``to_dict`` leaves them out at these values, so the run ids
+(a hash of ``to_dict``) and resume checks of earlier runs do not change."""
 
 
 def _default_data() -> str:
@@ -79,8 +102,12 @@ class TrainConfig:
     mvue: bool = True  # fst only
     dense_phase: str = "finetune"
     dense_fraction: float = 1 / 6
-    mask_interval: int = 40  # fst / weight24: steps between mask refreshes
+    mask_interval: int = 40  # fst / weight24 / llama masks: steps between mask refreshes; bimask: permutations
     track_flip: bool = True
+    # added later (left out of to_dict at their defaults: old run ids and checkpoints stay valid)
+    step_switch: str = "auto"  # step: AutoSwitch, or "fixed" after dense_fraction of the steps
+    arch: str = "gpt2"  # "llama": FAST Table I's Llama-style models (model from LLAMA_MODELS)
+    mask: str = "dense"  # llama: flex-SS mask of the sparse linears (FLEX_MASKS), width-matched
 
     def __post_init__(self) -> None:
         def pos_int(name: str, minimum: int = 1) -> None:
@@ -101,8 +128,22 @@ class TrainConfig:
             if getattr(self, name) not in options:
                 raise ValueError(f"TrainConfig.{name} must be one of {options}, got {getattr(self, name)!r}")
 
-        if self.model not in MODELS:
+        choice("arch", ARCHS)
+        choice("mask", FLEX_MASKS)
+        choice("step_switch", STEP_SWITCHES)
+        if self.arch == "llama":
+            from repro.train.flexmask import LLAMA_MODELS
+
+            if self.model not in LLAMA_MODELS:
+                known = sorted(LLAMA_MODELS)
+                raise ValueError(f"TrainConfig.model must be one of {known} for arch='llama', got {self.model!r}")
+            if self.mode != "dense":
+                why = "its sparsity is `mask`"
+                raise ValueError(f"TrainConfig.mode must be 'dense' for arch='llama' ({why}), got {self.mode!r}")
+        elif self.model not in MODELS:
             raise ValueError(f"TrainConfig.model must be one of {sorted(MODELS)}, got {self.model!r}")
+        elif self.mask != "dense":
+            raise ValueError(f"TrainConfig.mask applies to arch='llama' only, got {self.mask!r}")
         choice("mode", MODES)
         choice("decay_on", DECAY_ON)
         choice("dense_phase", DENSE_PHASES)
@@ -146,7 +187,7 @@ class TrainConfig:
     @property
     def layer_decay(self) -> float:
         """lambda_W as the layers apply it (on the gradient, once per micro-batch backward)."""
-        if self.mode not in ("fst", "srste", "weight24") or self.decay_on != "grad":
+        if self.mode not in ("fst", "srste", "weight24", *RECIPE_MODES) or self.decay_on != "grad":
             return 0.0
         return self.decay / self.grad_accum
 
@@ -166,7 +207,13 @@ class TrainConfig:
 
     def gpt2(self) -> GPT2Config:
         """The model's GPT-2 configuration."""
+        if self.arch != "gpt2":
+            raise ValueError(f"TrainConfig.gpt2(): arch is {self.arch!r}")
         return model_config(self.model, self.mode, self.seq_len)
+
+    def step_switch_at(self) -> int | None:
+        """STEP's fixed switch step (``step_switch='fixed'``: after ``dense_fraction`` of the steps), else None."""
+        return max(1, round(self.dense_fraction * self.steps)) if self.step_switch == "fixed" else None
 
     # JSON -----------------------------------------------------------------------------------
 
@@ -174,6 +221,9 @@ class TrainConfig:
         """Plain JSON types (tuples as lists)."""
         d = dataclasses.asdict(self)
         d["betas"] = list(self.betas)
+        for k, v in LATE_DEFAULTS.items():  # fields added later: absent at their defaults
+            if d.get(k) == v:
+                del d[k]
         return d
 
     @classmethod

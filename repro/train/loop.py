@@ -30,13 +30,14 @@ from repro.train.logs import Pending, RunLog
 from repro.train.parts import (
     TrainData,
     build_model,
+    build_optimizer,
     evaluate,
     init_distributed,
     now,
     pick_device,
     sparse_layers,
 )
-from repro.train.step import lr_at, make_optimizer, train_step
+from repro.train.step import lr_at, train_step
 
 __all__ = ["RunResult", "train"]
 
@@ -79,8 +80,8 @@ def train(
     ckpt_path = run_dir / "checkpoint.pt"
 
     model = build_model(cfg, device)
-    data = TrainData(cfg, d, device, model.cfg.vocab_size)
-    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas)
+    data = TrainData(cfg, d, device, getattr(model.cfg, "vocab_size", None) or model.cfg.vocab)  # GPT-2 / Llama
+    optimizer = build_optimizer(cfg, model)
     scaler = torch.amp.GradScaler("cuda") if amp == torch.float16 else None
     layers = {n: m for n, m in model.named_modules() if any(m is f for f in ffn_linears(model))}
     flips = FlipTracker(layers) if cfg.track_flip else FlipTracker({})

@@ -17,10 +17,20 @@ from torch import nn
 from repro.data import DataError, TokenFile
 from repro.models.gpt2 import build_gpt2, ffn_linears
 from repro.provenance import REPO
-from repro.train.config import TrainConfig
+from repro.train.config import RECIPE_MODES, TrainConfig
 from repro.train.step import lm_loss
 
-__all__ = ["Dist", "TrainData", "build_model", "evaluate", "init_distributed", "now", "sparse_layers"]
+__all__ = [
+    "Dist",
+    "TrainData",
+    "build_model",
+    "build_optimizer",
+    "evaluate",
+    "init_distributed",
+    "now",
+    "recipe_factory",
+    "sparse_layers",
+]
 
 VAL_SEED = 1_000_003  # validation windows: the same for every run and seed, so val losses compare
 _VERIFY_BYTES = 1 << 30  # hash token files up to this size when a run starts
@@ -78,9 +88,58 @@ def build_model(cfg: TrainConfig, device: torch.device) -> nn.Module:
             checks=False,
             **kw,
         )
+    if cfg.arch == "llama":
+        from repro.train.flexmask import build_llama
+
+        torch.manual_seed(cfg.seed)
+        with torch.device(device):
+            return build_llama(cfg)
+    if cfg.mode in RECIPE_MODES:
+        factory = recipe_factory(cfg)
     torch.manual_seed(cfg.seed)
     with torch.device(device):
         return build_gpt2(cfg.gpt2(), linear_factory=factory)
+
+
+def recipe_factory(cfg: TrainConfig) -> Any:
+    """The FFN linear of STEP / Bi-Mask (``kernels.layers.recipes``): Bi-Mask refreshes its
+    permutation every ``mask_interval`` steps, each layer drawing from its own seed."""
+    from kernels.layers import recipes
+
+    if cfg.mode == "step":
+        return functools.partial(recipes.StepLinear, decay=cfg.layer_decay, track_flip=cfg.track_flip)
+    counter = iter(range(1 << 30))
+
+    def bimask(i: int, o: int, bias: bool = True) -> nn.Module:
+        return recipes.BiMaskLinear(
+            i,
+            o,
+            bias,
+            decay=cfg.layer_decay,
+            track_flip=cfg.track_flip,
+            perm_interval=cfg.mask_interval,
+            seed=cfg.seed * 4096 + next(counter),
+        )
+
+    return bimask
+
+
+def build_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+    """``make_optimizer``'s AdamW, or for ``mode='step'`` the same groups in STEP's AdamW (variance
+    frozen at the switch point; the switch also turns the StepLinear layers 2:4)."""
+    from repro.train.step import make_optimizer
+
+    opt = make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas)
+    if cfg.mode != "step":
+        return opt
+    from kernels.layers.recipes import StepAdamW, StepLinear
+
+    layers = [m for m in model.modules() if isinstance(m, StepLinear)]
+    groups = [{k: v for k, v in g.items() if k in ("params", "weight_decay")} for g in opt.param_groups]
+    kw = {"fused": True} if all(p.is_cuda for g in groups for p in g["params"]) else {}
+    return StepAdamW(
+        groups, layers=layers, total_steps=cfg.steps, switch_at=cfg.step_switch_at(), lr=cfg.lr, betas=cfg.betas, **kw
+    )
 
 
 def sparse_layers(model: nn.Module) -> list[nn.Module]:

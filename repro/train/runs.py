@@ -105,7 +105,13 @@ def summarise(cfg: TrainConfig, run_dir: Path, gemm_tflops: float, world: int = 
     tps = [v for _, v in _column(run_dir / "log.csv", "tokens_per_s") if math.isfinite(v)]
     val = _column(run_dir / "val.csv", "val_loss")
     med = statistics.median(tps[1:] or tps) if tps else float("nan")
-    flops = train_flops_per_token(cfg.gpt2(), cfg.seq_len)
+    if cfg.arch == "llama":  # FAST Table I models (dense FLOPs of the widened model)
+        from repro.models.llama import train_flops_per_token as llama_flops
+        from repro.train.flexmask import llama_config
+
+        flops = llama_flops(llama_config(cfg.model, cfg.mask, cfg.seq_len), cfg.seq_len)
+    else:
+        flops = train_flops_per_token(cfg.gpt2(), cfg.seq_len)
     mfu = med * flops / (gemm_tflops * 1e12 * world) if gemm_tflops > 0 else float("nan")
     tail = [v for _, v in losses[-max(1, len(losses) // 20) :]]
     return {

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from repro.eval.evalsets import SMOKE_SETS as FIXTURES  # noqa: E402
 from repro.eval.glue import (
     FineTuneConfig,
     SequenceClassifier,
@@ -26,8 +26,6 @@ from repro.eval.glue import (
 )
 from repro.models.gpt2 import GPT2Config, build_gpt2
 from repro.models.llama import LlamaConfig, LlamaModel
-
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "evalsets"
 
 
 def byte_tokenizer():

@@ -17,10 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from repro.eval import evalsets as ev
+from repro.eval.evalsets import SMOKE_SETS as FIXTURES  # noqa: E402
 from repro.eval.harness import bootstrap_ci, offline_task_name, write_task_configs
 from repro.models.gpt2 import GPT2Config, build_gpt2
-
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "evalsets"
 
 
 def byte_tokenizer():

@@ -256,6 +256,9 @@ RESUME_CASES = {
     "srste-decay-on-weight": {"mode": "srste", "decay_on": "weight", "decay": 0.05},
     "fst-dense-pretrain": {"mode": "fst", "dense_phase": "pretrain"},
     "weight24-accum": {"mode": "weight24", "grad_accum": 2, "decay": 1e-3},
+    "step-auto": {"mode": "step"},  # AutoSwitch: at the latest at step 3 of 6
+    "step-fixed": {"mode": "step", "step_switch": "fixed", "decay": 1e-3},  # switch after step 2
+    "bimask": {"mode": "bimask", "decay": 1e-3},  # permutation searched every 2 steps
 }
 
 
@@ -279,6 +282,10 @@ def test_resume_is_bit_exact(corpus, tmp_path, case):
     assert rows(tmp_path / "straight" / "val.csv") == rows(run / "val.csv")
     ck = load_checkpoint(run)
     assert ck["step"] == 6 and TrainConfig.from_dict(ck["config"]) == cfg
+    if cfg.mode == "step":  # the run did switch to 2:4 (fixed: after step 2; auto: by step 3)
+        at = ck["optimizer"]["param_groups"][0]["step_switched_at"]
+        assert (at == 2) if cfg.step_switch == "fixed" else (1 <= at <= 3)
+        assert ck["sparse"] and all(v["switched"] for v in ck["sparse"].values())
 
 
 def test_resume_after_a_crash_drops_later_log_rows(corpus, tmp_path):
@@ -415,3 +422,38 @@ def test_ddp_two_processes_match_one(corpus, tmp_path):
     for k in b:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
     assert single.status == "finished"
+
+
+# FAST Table I models (arch="llama") -----------------------------------------------------------
+
+
+def test_widened_ffn_matches_dense_nonzeros():
+    from repro.train.flexmask import LLAMA_MODELS, llama_config, nonzero_weights, widened_ffn
+
+    for name in LLAMA_MODELS:
+        dense = llama_config(name, "dense", 16)
+        sparse = llama_config(name, "4:8", 16)
+        assert sparse.ffn == widened_ffn(dense.hidden, dense.ffn) and sparse.ffn % 8 == 0
+        a, b = nonzero_weights(dense, "dense"), nonzero_weights(sparse, "4:8")
+        assert a <= b <= a + dense.layers * 3 * dense.hidden * 8  # equal up to the rounding of d_ff
+
+
+@pytest.mark.parametrize("mask", ["us", "4:8"])
+def test_llama_flex_mask_run_resumes_bit_exact(corpus, tmp_path, mask):
+    cfg = tiny(corpus, arch="llama", model="llama-micro", mask=mask, mask_interval=2)
+    straight = train(cfg, tmp_path / "straight", progress=False)
+    run = tmp_path / "split"
+    first = train(cfg, run, stop_at=3, progress=False)
+    second = train(cfg, run, progress=False)
+    assert first.losses + second.losses == straight.losses
+    ck = load_checkpoint(run)
+    masks = [v["mask"] for v in ck["sparse"].values()]
+    assert len(masks) == 7 and all(abs(m.float().mean().item() - 0.5) < 0.02 for m in masks)
+
+
+def test_llama_config_validation():
+    with pytest.raises(ValueError, match="TrainConfig.model"):
+        TrainConfig(arch="llama", model="tiny")
+    with pytest.raises(ValueError, match="TrainConfig.mask"):
+        TrainConfig(mask="4:8")
+    assert "arch" not in TrainConfig().to_dict() and TrainConfig(arch="llama", model="llama-tiny").to_dict()["arch"]

@@ -69,6 +69,7 @@ def test_suite_sources_follow_imports_but_not_package_reexports():
         src = suite_sources(suite)
         assert {"repro/models/gpt2.py", "suites/_training_bench.py", "kernels/layers/sparse_linear.py"} <= set(src)
     assert "repro/plots.py" not in suite_sources("figure6")  # draws numbers, makes none
+    assert "suites/__init__.py" not in suite_sources("table2")  # the registry: a new suite re-runs no other
     with pytest.raises(ValueError, match="no suite module"):
         suite_sources("nope")
 
