@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+import kernels.ops.compile_ops as compile_ops
 from kernels.layers.sparse_linear import GradHandoff
 from kernels.ops.common import as_layout, empty_in_layout, is_col_major, use_triton
 from kernels.ops.cslt_pack import (
@@ -130,6 +131,8 @@ def fst_gated(z: torch.Tensor, producer: nn.Module, kind: str, approximate: str 
     graph-safe cuSPARSELt path, the backward computes dZ and that operand in one pass and hands it
     over (as :func:`fst_gelu` does). Any other producer: plain ``geglu`` / ``swiglu``."""
     gated_act(kind, approximate)
+    if torch.compiler.is_compiling():  # a custom op the compiler traces (no hand-off when compiled)
+        return compile_ops.gated(z, kind, approximate)
     handoff = getattr(producer, "grad_handoff", None)
     if not isinstance(handoff, GradHandoff) or not handoff.wants_packed_grad or not torch.is_grad_enabled():
         return geglu(z, approximate, check_finite=False) if kind == "geglu" else swiglu(z, check_finite=False)

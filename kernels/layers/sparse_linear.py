@@ -52,6 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+import kernels.ops.compile_ops as compile_ops
 import kernels.ops.sparse_gemm as _sparse_gemm
 from kernels.ops.common import FLOAT_DTYPES, check_tensor, use_triton
 from kernels.ops.common import as_2d as _as_2d
@@ -80,7 +81,23 @@ MODES = ("fst", "srste", "weight24", "dense")
 CUDA-graph-captured runs."""
 
 _TRANSPOSABLE_MODES = ("fst", "weight24")
-_UNSET = object()
+
+
+class _Unset:
+    """'Not known yet' for the last backend reason (None means: no fallback). One instance that
+    copies and pickles as itself, so a deep-copied layer still knows it has not run."""
+
+    def __deepcopy__(self, memo: dict) -> _Unset:
+        return self
+
+    def __copy__(self) -> _Unset:
+        return self
+
+    def __reduce__(self) -> str:
+        return "_UNSET"
+
+
+_UNSET = _Unset()
 
 
 def _dtype_name(dt: torch.dtype) -> str:
@@ -682,6 +699,8 @@ class SparseLinear(nn.Linear):
             raise ValueError(
                 f"input has shape {tuple(x.shape)}: its last dimension must be in_features={self.in_features}"
             )
+        if torch.compiler.is_compiling():
+            return self._forward_compiled(x)
         checks = self._checks()
         if checks:
             check_tensor("input", x, dtypes=FLOAT_DTYPES if self.mode != "dense" else (*FLOAT_DTYPES, torch.float64))
@@ -723,6 +742,57 @@ class SparseLinear(nn.Linear):
         self.grad_handoff = handoff = GradHandoff(plan, self.mvue_seed)
         with _no_autocast(dev):
             return _SparseLinearFn.apply(x, self.weight, self.bias, mask, self.mvue_seed, plan, pair, handoff)
+
+
+    def _forward_compiled(self, x: torch.Tensor) -> torch.Tensor:
+        """The forward as ``torch.compile`` traces it: the same math through the custom ops of
+        :mod:`kernels.ops.compile_ops` (no graph break inside the layer). No value scans
+        (``checks`` applies to eager calls only), no warning about a dense fallback (``backend``
+        still says which one runs), a row-major output, no packed pair kept across steps and no
+        hand-off of the weight-gradient operand (the compiled step packs it itself)."""
+        self.grad_handoff = None
+        if self.is_dense:
+            return F.linear(x, self.weight, self.bias)
+        dev = x.device.type
+        if _autocast_enabled(dev) and x.is_floating_point():
+            x = x.to(torch.get_autocast_dtype(dev))
+        elif x.dtype != self.weight.dtype:
+            raise TypeError(
+                f"input dtype {_dtype_name(x.dtype)} != weight dtype {_dtype_name(self.weight.dtype)} "
+                "(cast one of them, or run under torch.autocast)"
+            )
+        if x.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"compute dtype {_dtype_name(x.dtype)} is not supported; use float32, float16 or bfloat16")
+        reason = self._gemm_refusal(x.dtype, x.numel() // self.in_features, x.device)
+        self._last_reason = reason
+        cslt = reason is None
+        w = self.weight.detach()
+        draws = self.mvue_seed is not None and self.mvue and torch.is_grad_enabled() and self.weight.requires_grad
+        with torch.no_grad():
+            if self.mode == "srste":
+                mask = compile_ops.nm24_mask(w)
+                if self._flip_ref is not None:
+                    self._mask.copy_(mask)
+            else:
+                if self._mask_stale:  # as refresh_mask(); kept pairs are dropped (packed afresh when eager)
+                    self._mask.copy_(compile_ops.transposable_mask(w))
+                    if self._flip_ref is not None:
+                        self._flip_ref.copy_(self._mask)
+                    self._have_prev = False
+                    self._pairs, self._pruned = {}, {}
+                mask = self._mask
+            self._mask_stale = False
+            if draws:  # the backward draws with this value; the buffer advances as eagerly
+                seed = compile_ops.take_seed(self.mvue_seed)
+            else:
+                seed = self.mvue_seed if self.mvue_seed is not None else _NO_SEED.to(x.device)
+        y = compile_ops.linear(
+            x.reshape(-1, self.in_features), self.weight, self.bias, mask, seed, self.mode, self.decay, self.mvue, cslt
+        )
+        return y.view(*x.shape[:-1], self.out_features)
+
+
+_NO_SEED = torch.zeros(1, dtype=torch.int64)
 
 
 def _after_load_state_dict(module: nn.Module, incompatible_keys: object) -> None:

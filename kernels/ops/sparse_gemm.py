@@ -31,8 +31,10 @@ _DEFAULT_CONFIG = (0, 1, -1)
 _CSLT_DTYPES = (torch.float16, torch.bfloat16)
 
 
+@torch.compiler.assume_constant_result
 def cusparselt_available() -> bool:
-    """True when torch was built with cuSPARSELt and a CUDA device is present."""
+    """True when torch was built with cuSPARSELt and a CUDA device is present (a constant of the
+    process: ``torch.compile`` takes its value at trace time instead of tracing the query)."""
     try:
         return bool(torch.cuda.is_available() and torch.backends.cusparselt.is_available())
     except AttributeError:

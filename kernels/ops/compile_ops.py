@@ -1,0 +1,267 @@
+"""PyTorch custom ops (``torch.ops.sparse24.*``) for the kernels that ``SparseLinear`` and the
+gated activations run, so that ``torch.compile(model)`` traces a sparse model whole.
+
+Why: ``torch.compile`` cannot see through our Triton launchers, cuSPARSELt handles and
+autograd Functions that hold Python state; before these ops, compiling a model with
+``SparseLinear(mode="fst")`` failed (a graph break inside the layer, or an Inductor lowering
+error on the bool mask). Each op here is a ``torch.library.custom_op`` with a fake (meta)
+implementation, so the compiler knows its output shapes without running it, and the two
+differentiable ones (``linear``, ``gated``) register their backward with
+``torch.library.register_autograd``. Inside an op the same kernels run as in eager mode
+(Triton and cuSPARSELt where they apply, the plain-PyTorch fallback elsewhere).
+
+The compiled path is functional: the MVUE seed is read from a snapshot the forward took (the
+layer advances its own seed buffer in the forward), and the backward packs (W*M)^T afresh
+instead of reading a pair kept across steps. Eager mode keeps its own, faster-to-launch path
+(custom-op dispatch costs host time, and the eager fst step is host-bound:
+docs/methods.md).
+"""
+
+import torch
+import torch.nn.functional as F
+
+from kernels.ops.common import no_autocast, use_triton
+from kernels.ops.cslt_pack import gated_act, gated_backward_reference
+from kernels.ops.masked_decay import masked_decay_cast_nocheck
+from kernels.ops.mvue import mvue24_nocheck
+from kernels.ops.nm_mask import stable_nm
+from kernels.ops.sparse_gemm import (
+    cslt_mm_packed,
+    cslt_sparse_mm,
+    pack_mvue_t_operand,
+    pack_operand,
+    pack_pair_operands,
+)
+from kernels.ops.transposable import transposable_mask as _transposable_mask_entry
+
+NAMESPACE = "sparse24"
+TRANSPOSABLE_MODES = ("fst", "weight24")
+
+
+# ---------------------------------------------------------------------------------------------
+# masks
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op(f"{NAMESPACE}::transposable_mask", mutates_args=())
+def transposable_mask(w: torch.Tensor) -> torch.Tensor:
+    """Optimal transposable 2:4 mask of ``w`` (exhaustive search, no finiteness scan)."""
+    return _transposable_mask_entry(w, method="exhaustive", check_finite=False)
+
+
+@transposable_mask.register_fake
+def _(w: torch.Tensor) -> torch.Tensor:
+    return torch.empty(w.shape, dtype=torch.bool, device=w.device)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::nm24_mask", mutates_args=())
+def nm24_mask(w: torch.Tensor) -> torch.Tensor:
+    """2 largest |w| of every 4 along dim 1, ties to the lower index (SR-STE's per-forward mask)."""
+    if use_triton(w):
+        from kernels.ops.flex import fast_mask
+        from kernels.ops.patterns import NM
+
+        return fast_mask(w, NM(2, 4), 0.0, 0)
+    return stable_nm(w, 2, 4, 1)
+
+
+@nm24_mask.register_fake
+def _(w: torch.Tensor) -> torch.Tensor:
+    return torch.empty(w.shape, dtype=torch.bool, device=w.device)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::take_seed", mutates_args=("seed",))
+def take_seed(seed: torch.Tensor) -> torch.Tensor:
+    """The MVUE seed's current value (a new tensor), and ``seed`` advanced by one in place: what
+    one eager backward draws with and leaves behind. One opaque op, because a ``clone`` followed by
+    an in-place ``add_`` on a buffer was seen compiled (Inductor, torch 2.13 CPU) to hand the
+    backward the advanced value."""
+    old = seed.clone()
+    seed.add_(1)
+    return old
+
+
+@take_seed.register_fake
+def _(seed: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# SparseLinear: Y = X (W*M)^T + b and its backward
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op(f"{NAMESPACE}::linear", mutates_args=())
+def linear(
+    x2d: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    mask: torch.Tensor,
+    seed: torch.Tensor,
+    mode: str,
+    decay: float,
+    mvue: bool,
+    cslt: bool,
+) -> torch.Tensor:
+    """Y [T, out] = X (W*M)^T + b in X's dtype (the master weight is cast here), row-major.
+
+    ``seed`` (int64, one element) is the MVUE seed snapshot the backward draws with; ``mode``,
+    ``decay``, ``mvue`` say what the backward does; ``cslt``: the 2:4 GEMMs run on cuSPARSELt
+    (the caller checked that it accepts every problem), else as dense matmuls of the pruned
+    operand."""
+    dt = x2d.dtype
+    with no_autocast(x2d.device.type):
+        w = weight.detach()
+        if cslt:
+            return cslt_mm_packed(pack_operand(w, mask, dt), tuple(w.shape), x2d.t(), transpose_result=True, bias=bias)
+        wm = torch.where(mask, w.to(dt), 0.0)
+        return torch.addmm(bias.to(dt), x2d, wm.t()) if bias is not None else x2d @ wm.t()
+
+
+@linear.register_fake
+def _(x2d, weight, bias, mask, seed, mode, decay, mvue, cslt):
+    return x2d.new_empty(x2d.shape[0], weight.shape[0])
+
+
+def _fst_weight_grad(dy: torch.Tensor, x2d: torch.Tensor, seed: torch.Tensor, cslt: bool) -> torch.Tensor:
+    """dW = MVUE(dY^T along tokens) @ X, drawing with (a copy of) ``seed``: bit for bit what the
+    eager layer computes from the same seed value."""
+    s = seed.clone()  # the op is functional: the layer's own seed buffer was advanced in the forward
+    t, out_f = dy.shape
+    if cslt:  # T % 64 == 0 here (the caller's refusal check)
+        packed = pack_mvue_t_operand(dy, s)
+        if packed is not None:
+            return cslt_mm_packed(packed, (out_f, t), x2d, transpose_result=False)
+        return cslt_sparse_mm(mvue24_nocheck(dy.t().contiguous(), -1, seed_tensor=s), x2d, transpose_result=False)
+    pad = (-t) % 4
+    dyt = dy.t().contiguous()
+    if pad:  # zero tokens contribute nothing and keep the estimator unbiased
+        dyt = F.pad(dyt, (0, pad))
+    g = mvue24_nocheck(dyt, -1, seed_tensor=s)
+    return (g[:, :t] if pad else g) @ x2d
+
+
+@torch.library.custom_op(f"{NAMESPACE}::linear_backward", mutates_args=())
+def linear_backward(
+    dy: torch.Tensor,
+    x2d: torch.Tensor,
+    weight: torch.Tensor,
+    mask: torch.Tensor,
+    seed: torch.Tensor,
+    mode: str,
+    decay: float,
+    mvue: bool,
+    cslt: bool,
+    need_dx: bool,
+    need_dw: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dX [T, in] in X's dtype, dW in the weight's dtype with the masked decay added); an empty
+    tensor stands for a gradient not asked for. fst: dX = dY (W*M) on the 2:4 (W*M)^T and
+    dW = MVUE(dY^T) X; weight24: dX sparse, dW dense; srste: both dense (straight-through)."""
+    dt = x2d.dtype
+    out_f, in_f = weight.shape
+    with no_autocast(x2d.device.type):
+        w = weight.detach()
+        dy = dy.to(dt)
+        dx = dw = dy.new_empty(0)
+        if need_dx:
+            if cslt and mode in TRANSPOSABLE_MODES:  # (W*M)^T [in, out] is 2:4 along out
+                packed_t = pack_pair_operands(w, mask, dt)[1]
+                dx = cslt_mm_packed(packed_t, (in_f, out_f), dy.t(), transpose_result=True)
+            else:
+                dx = dy @ torch.where(mask, w.to(dt), 0.0)
+        if need_dw:
+            dw = _fst_weight_grad(dy, x2d, seed, cslt) if mode == "fst" and mvue else dy.t() @ x2d
+            # cast to the master dtype (and decay, in the same pass)
+            dw = masked_decay_cast_nocheck(dw, w, mask, decay) if decay else dw.to(weight.dtype).contiguous()
+    return dx, dw
+
+
+@linear_backward.register_fake
+def _(dy, x2d, weight, mask, seed, mode, decay, mvue, cslt, need_dx, need_dw):
+    dx = x2d.new_empty(x2d.shape) if need_dx else x2d.new_empty(0)
+    dw = weight.new_empty(weight.shape) if need_dw else x2d.new_empty(0)
+    return dx, dw
+
+
+def _linear_setup_context(ctx, inputs, output) -> None:
+    x2d, weight, bias, mask, seed, mode, decay, mvue, cslt = inputs
+    ctx.save_for_backward(x2d, weight, mask, seed)
+    ctx.args = (mode, decay, mvue, cslt)
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _linear_backward(ctx, dy):
+    x2d, weight, mask, seed = ctx.saved_tensors
+    need_dx, need_dw, need_db = ctx.needs_input_grad[:3]
+    dx, dw = linear_backward(dy, x2d, weight, mask, seed, *ctx.args, need_dx, need_dw)
+    db = dy.sum(0, dtype=torch.float32).to(ctx.bias_dtype) if need_db and ctx.bias_dtype is not None else None
+    return (dx if need_dx else None), (dw if need_dw else None), db, None, None, None, None, None, None
+
+
+linear.register_autograd(_linear_backward, setup_context=_linear_setup_context)
+
+
+# ---------------------------------------------------------------------------------------------
+# gated activations (GEGLU / SwiGLU) on [gate, up]
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op(f"{NAMESPACE}::gated", mutates_args=())
+def gated(z: torch.Tensor, kind: str, approximate: str) -> torch.Tensor:
+    """``kernels.ops.geglu.geglu`` (kind "geglu") or ``swiglu`` of z [..., 2r] -> [..., r], row-major."""
+    from kernels.ops.geglu import geglu, swiglu
+
+    z = z.contiguous()
+    with torch.no_grad():
+        out = geglu(z, approximate, check_finite=False) if kind == "geglu" else swiglu(z, check_finite=False)
+    return out.contiguous()
+
+
+@gated.register_fake
+def _(z, kind, approximate):
+    return z.new_empty(*z.shape[:-1], z.shape[-1] // 2)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::gated_backward", mutates_args=())
+def gated_backward(z: torch.Tensor, g: torch.Tensor, kind: str, approximate: str) -> torch.Tensor:
+    """dz [..., 2r] of the gated activation for the output gradient g [..., r], row-major."""
+    from kernels.ops.geglu import launch_backward
+
+    z, g = z.contiguous(), g.to(z.dtype).contiguous()
+    if not use_triton(z):
+        return gated_backward_reference(z, g, kind, approximate).contiguous()
+    dz = torch.empty_like(z)
+    launch_backward(z, g, dz, False, gated_act(kind, approximate))
+    return dz
+
+
+@gated_backward.register_fake
+def _(z, g, kind, approximate):
+    return torch.empty(z.shape, dtype=z.dtype, device=z.device)
+
+
+def _gated_setup_context(ctx, inputs, output) -> None:
+    z, kind, approximate = inputs
+    ctx.save_for_backward(z)
+    ctx.args = (kind, approximate)
+
+
+def _gated_backward(ctx, g):
+    (z,) = ctx.saved_tensors
+    return gated_backward(z, g, *ctx.args), None, None
+
+
+gated.register_autograd(_gated_backward, setup_context=_gated_setup_context)
+
+
+__all__ = [
+    "NAMESPACE",
+    "gated",
+    "gated_backward",
+    "linear",
+    "linear_backward",
+    "nm24_mask",
+    "take_seed",
+    "transposable_mask",
+]

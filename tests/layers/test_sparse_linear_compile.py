@@ -1,0 +1,224 @@
+"""``torch.compile`` of SparseLinear (every mode) and of the gated activations: the custom ops of
+``kernels.ops.compile_ops`` pass ``torch.library.opcheck`` (schema, fake tensors, autograd
+registration, AOT dispatch), a compiled layer traces whole (``fullgraph=True``) and gives what the
+eager layer gives (output, dX, dW with the same MVUE draws, the seed advanced alike), on the
+fallback path and on the emulated cuSPARSELt path, and a compiled GPT-2 trains step for step like
+the eager one (mask refreshes and the dense phase included). GPU tests: compiled vs eager under
+bf16 autocast on cuSPARSELt."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernels.ops.compile_ops as co
+from kernels import SparseLinear
+from kernels.layers.sparse_activation import fst_gated
+from repro.models.gpt2 import GPT2Config, build_gpt2
+
+pytestmark = pytest.mark.filterwarnings("ignore:SparseLinear.*dense fallback:UserWarning")
+
+MODES = ("fst", "srste", "weight24", "dense")
+CUDA = torch.cuda.is_available()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _op_cases():
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(32, 64, generator=g)
+    mask = co.transposable_mask(w)
+    x = torch.randn(16, 64, generator=g, requires_grad=True)
+    weight = torch.randn(32, 64, generator=g, requires_grad=True)
+    bias = torch.randn(32, generator=g, requires_grad=True)
+    seed = torch.tensor([3], dtype=torch.int64)
+    dy = torch.randn(16, 32, generator=g)
+    z = torch.randn(4, 64, generator=g, requires_grad=True)
+    return {
+        "transposable_mask": (co.transposable_mask, (w,)),
+        "nm24_mask": (co.nm24_mask, (w,)),
+        "take_seed": (co.take_seed, (seed.clone(),)),
+        "linear_fst": (co.linear, (x, weight, bias, mask, seed, "fst", 1e-3, True, False)),
+        "linear_srste": (co.linear, (x, weight, None, mask, seed, "srste", 0.0, True, False)),
+        "linear_backward": (
+            co.linear_backward,
+            (dy, x.detach(), weight.detach(), mask, seed, "fst", 1e-3, True, False, True, True),
+        ),
+        "gated_geglu": (co.gated, (z, "geglu", "tanh")),
+        "gated_backward_swiglu": (co.gated_backward, (z.detach(), torch.randn(4, 32, generator=g), "swiglu", "none")),
+    }
+
+
+@pytest.mark.parametrize("name", list(_op_cases()))
+def test_custom_op_passes_opcheck(name):
+    op, args = _op_cases()[name]
+    torch.library.opcheck(op, args)
+
+
+def _layer_pair(mode: str, bias: bool = True, dtype=torch.float32):
+    torch.manual_seed(7)
+    layer = SparseLinear(64, 32, bias=bias, mode=mode, checks=False, seed=11, dtype=dtype, decay=1e-2)
+    return layer, copy.deepcopy(layer)
+
+
+def _fwd_bwd(layer, x, dy):
+    x = x.detach().clone().requires_grad_()
+    y = layer(x)
+    y.backward(dy)
+    return y.detach(), x.grad, layer.weight.grad, None if layer.bias is None else layer.bias.grad
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_compiled_layer_equals_eager(mode):
+    eager, compiled_layer = _layer_pair(mode)
+    compiled = torch.compile(compiled_layer, backend="aot_eager", fullgraph=True)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(2):  # the second call draws with the advanced seed on both sides
+        x = torch.randn(2, 8, 64, generator=g)
+        dy = torch.randn(2, 8, 32, generator=g)
+        eager.zero_grad(), compiled_layer.zero_grad()
+        want = _fwd_bwd(eager, x, dy)
+        got = _fwd_bwd(compiled, x, dy)
+        for a, b in zip(got, want, strict=True):
+            assert torch.isfinite(a).all()
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    if mode == "fst":
+        assert torch.equal(eager.mvue_seed, compiled_layer.mvue_seed)
+        assert int(compiled_layer.mvue_seed) == 13  # two backwards, two draws
+    if mode != "dense":
+        assert torch.equal(eager.mask, compiled_layer.mask)
+
+
+def test_compiled_layer_takes_no_draw_without_grad():
+    layer, _ = _layer_pair("fst")
+    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        compiled(torch.randn(4, 64))
+    assert int(layer.mvue_seed) == 11
+
+
+def test_compiled_cslt_path_equals_eager(emulated_cusparselt, monkeypatch):
+    """fst and weight24 on the (emulated) cuSPARSELt path: our packer, the 2:4 GEMMs, the fused
+    MVUE pack of dY^T; the compiled layer packs per call what the eager one keeps across steps."""
+    import kernels.layers.sparse_linear as sl_mod
+
+    monkeypatch.setattr(co, "cslt_mm_packed", sl_mod.cslt_mm_packed)
+    for mode in ("fst", "weight24"):
+        torch._dynamo.reset()
+        torch.manual_seed(3)
+        eager = SparseLinear(64, 64, mode=mode, checks=False, seed=5, dtype=torch.bfloat16, decay=1e-2)
+        compiled_layer = copy.deepcopy(eager)
+        compiled = torch.compile(compiled_layer, backend="aot_eager", fullgraph=True)
+        x = torch.randn(64, 64).to(torch.bfloat16)
+        dy = torch.randn(64, 64).to(torch.bfloat16)
+        want = _fwd_bwd(eager, x, dy)
+        got = _fwd_bwd(compiled, x, dy)
+        assert (compiled_layer.fallback_reason, eager.fallback_reason) == (None, None)
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a.float(), b.float(), rtol=1e-2, atol=1e-2)
+        if mode == "fst":
+            assert torch.equal(eager.mvue_seed, compiled_layer.mvue_seed)
+
+
+def test_compiled_layer_follows_dense_phase_and_mask_refresh():
+    eager, compiled_layer = _layer_pair("fst")
+    compiled = torch.compile(compiled_layer, backend="aot_eager", fullgraph=True)
+    x = torch.randn(8, 64)
+    torch.testing.assert_close(compiled(x), eager(x))
+    with torch.no_grad():
+        for layer in (eager, compiled_layer):
+            layer.weight.mul_(torch.linspace(0.1, 2.0, 64))  # new magnitudes: a new mask
+            layer.after_optimizer_step(layer.mask_interval, 1000)  # a refresh step
+    assert torch.equal(eager.mask, compiled_layer.mask)
+    torch.testing.assert_close(compiled(x), eager(x))
+    for layer in (eager, compiled_layer):
+        layer.set_dense(True)
+    torch.testing.assert_close(compiled(x), F.linear(x, compiled_layer.weight, compiled_layer.bias))
+
+
+@pytest.mark.parametrize("kind", ["geglu", "swiglu"])
+def test_compiled_gated_activation_equals_eager(kind):
+    producer = SparseLinear(64, 64, mode="fst", checks=False)
+    fn = lambda z: fst_gated(z, producer, kind, "tanh")
+    compiled = torch.compile(fn, backend="aot_eager", fullgraph=True)
+    z = torch.randn(4, 64, requires_grad=True)
+    z2 = z.detach().clone().requires_grad_()
+    g = torch.randn(4, 32)
+    compiled(z).backward(g)
+    fn(z2).backward(g)
+    torch.testing.assert_close(z.grad, z2.grad, rtol=1e-5, atol=1e-6)
+
+
+def _after_step(model, step, total):
+    for m in model.modules():
+        if isinstance(m, SparseLinear):
+            m.after_optimizer_step(step, total)
+
+
+@pytest.mark.parametrize("mode", ["fst", "srste"])
+def test_compiled_gpt2_trains_like_eager(mode, plain_torch):
+    """Inductor (C++ on the CPU), ``fullgraph=True``: a 2-layer GPT-2 whose FFN is ``mode``, 4
+    AdamW steps with a mask refresh every step and the dense phase in the last: the losses equal
+    the eager model's."""
+    torch.manual_seed(0)
+    cfg = GPT2Config(d_model=64, n_layer=2, n_head=2, vocab_size=128, vocab_multiple=1, seq_len=16, ffn_mode=mode)
+    eager = build_gpt2(cfg)
+    for m in eager.modules():
+        if isinstance(m, SparseLinear):
+            m.checks, m.mask_interval = False, 1
+    twin = copy.deepcopy(eager)
+    compiled = torch.compile(twin, fullgraph=True)
+    g = torch.Generator().manual_seed(1)
+    steps, losses = 4, []
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (eager, twin)]
+    for step in range(1, steps + 1):
+        idx = torch.randint(0, 128, (4, 16), generator=g)
+        pair = []
+        for model, owner, opt in ((eager, eager, opts[0]), (compiled, twin, opts[1])):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                logits = model(idx)
+            loss = F.cross_entropy(logits.float().flatten(0, 1)[:, :128], idx.flatten())
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            _after_step(owner, step, steps)
+            pair.append(loss.item())
+        losses.append(pair)
+    for a, b in losses:
+        assert abs(a - b) <= 1e-4 * max(1.0, abs(a)), losses
+
+
+def _gpu(fn):
+    return pytest.mark.gpu(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")(fn))
+
+
+@_gpu
+@pytest.mark.parametrize("mode", ["fst", "srste", "weight24"])
+def test_gpu_compiled_layer_equals_eager_under_autocast(mode):
+    """cuSPARSELt path, fp32 master under bf16 autocast, Inductor: output, dX and dW (same MVUE
+    draws) of the compiled layer equal the eager layer's within bf16 rounding."""
+    torch.manual_seed(22)
+    eager = SparseLinear(512, 256, mode=mode, decay=1e-2, checks=False, device="cuda")
+    compiled_layer = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_layer, fullgraph=True)
+    x = torch.randn(4, 128, 512, device="cuda")
+    dy = torch.randn(4, 128, 256, device="cuda", dtype=torch.bfloat16)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        want = _fwd_bwd(eager, x, dy)
+        got = _fwd_bwd(compiled, x, dy)
+    assert compiled_layer.backend == "cusparselt"
+    for a, b in zip(got, want, strict=True):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+    if mode == "fst":
+        assert torch.equal(eager.mvue_seed, compiled_layer.mvue_seed)
