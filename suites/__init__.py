@@ -28,6 +28,7 @@ SUITES: dict[str, str] = {
     "table7": "suites.table7",
     # downstream accuracy (issue 23)
     "fast_table1": "suites.fast_table1",
+    "hu_table4": "suites.hu_table4",
 }
 
 
@@ -47,6 +48,7 @@ NO_SMOKE_INTERPRETER = frozenset(
         "table5",
         "table7",
         "fast_table1",
+        "hu_table4",
     }
 )
 
