@@ -29,6 +29,8 @@ SUITES: dict[str, str] = {
     # downstream accuracy (issue 23)
     "fast_table1": "suites.fast_table1",
     "hu_table4": "suites.hu_table4",
+    "hu_table5_glue": "suites.hu_table5_glue",
+    "hu_table7_glue": "suites.hu_table7_glue",
 }
 
 
@@ -49,6 +51,8 @@ NO_SMOKE_INTERPRETER = frozenset(
         "table7",
         "fast_table1",
         "hu_table4",
+        "hu_table5_glue",
+        "hu_table7_glue",
     }
 )
 
