@@ -187,6 +187,11 @@ def finetune_run(ctx: RunContext, method: str, run_id: str, run_dir: Path) -> di
             variant = f"{run_id} {PROTOCOL} k={k} n={n}"
             ctx.results.add(method, shape, dtype, metric, float(value), UNIT, variant=variant, verified=False)
 
+    layers = [m for m in model.modules() if hasattr(m, "is_dense")]
+    sparse = sum(not m.is_dense for m in layers)
+    ctx.log(f"{run_id}: fine-tuning with {sparse} of {len(layers)} FFN linears 2:4 in the forward (as the run ended)")
+    kw = dict(variant=run_id, verified=False)
+    ctx.results.add(method, shape, dtype, "ffn_linears_2to4_at_finetune", sparse, "layers", **kw)
     for task in TASKS:
         rows = load_glue_offline(task, folder)
         frame = cross_validate(model, task, rows, tok, ft, k=k, seed=0, device=ctx.device)
