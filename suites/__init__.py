@@ -28,6 +28,9 @@ SUITES: dict[str, str] = {
     "table7": "suites.table7",
     # downstream accuracy (issue 23)
     "fast_table1": "suites.fast_table1",
+    "hu_table4": "suites.hu_table4",
+    "hu_table5_glue": "suites.hu_table5_glue",
+    "hu_table7_glue": "suites.hu_table7_glue",
 }
 
 
@@ -47,6 +50,9 @@ NO_SMOKE_INTERPRETER = frozenset(
         "table5",
         "table7",
         "fast_table1",
+        "hu_table4",
+        "hu_table5_glue",
+        "hu_table7_glue",
     }
 )
 

@@ -69,7 +69,15 @@ def test_pages_exist(site: Path) -> None:
     row1 = re.search(r"<tr><td>hu2024</td><td>table1</td>.*?</tr>", index).group(0)
     assert "no GPU run" in row1  # hu_table1 exists (artifact table1 of hu2024), no rows in the fixture
     row_t4 = re.search(r"<tr><td>hu2024</td><td>table4</td>.*?</tr>", index).group(0)
-    assert "not yet" in row_t4  # no suite for GLUE yet
+    assert "no GPU run" in row_t4 and "snakemake hu_table4" in row_t4  # the GLUE suite, no rows in the fixture
+    row_t6 = re.search(r"<tr><td>hu2024</td><td>table6</td>.*?</tr>", index).group(0)
+    assert "not yet" in row_t6  # no suite for Transformer-base / DeiT yet
+    for name, artifact in (("hu_table5_glue", "table5_glue"), ("hu_table7_glue", "table7_glue")):
+        row = re.search(rf"<tr><td>hu2024</td><td>{artifact}</td>.*?</tr>", index).group(0)
+        assert f"snakemake {name}" in row  # its own row: the loss suites keep table5 / table7
+    for name, artifact in (("table5", "table5"), ("table7", "table7")):
+        row = re.search(rf"<tr><td>hu2024</td><td>{artifact}</td>.*?</tr>", index).group(0)
+        assert f"snakemake {name}</code>" in row
     row4 = re.search(r"<tr><td>hu2024</td><td>figure4</td>.*?</tr>", index).group(0)
     assert "nothing to reproduce" in row4  # a diagram
     assert re.search(r"<strong>\d+ of \d+ artifacts with numbers reproduced</strong>", index)

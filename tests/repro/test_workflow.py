@@ -100,7 +100,11 @@ def test_cli_compare_and_list_on_stored_results(smoke_run):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("suite", ["figure1", "figure2", "hu_figure3", "figure10", "hu_table1", "table5", "table7"])
+@pytest.mark.parametrize(
+    "suite",
+    ["figure1", "figure2", "hu_figure3", "figure10", "hu_table1", "table5", "table7", "hu_table4", "hu_table5_glue",
+     "hu_table7_glue"],
+)  # fmt: skip
 def test_smoke_workflow_training_outputs(smoke_run, suite):
     """Each training-dynamics suite's smoke profile trains its runs (tiny model, smoke corpus) and
     writes rows, a figure and paper vs ours; its runs sit in results/cpu/runs/smoke-<run-id>."""
