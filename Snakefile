@@ -1,6 +1,7 @@
 """Rebuild the papers' tables and figures. `snakemake` builds everything; `snakemake table2`
 builds one artifact. Rules call the CLI (python -m repro run SUITE), so every suite also runs
-without Snakemake. The profile (full on a CUDA GPU, smoke elsewhere) comes from workflow/config.yaml.
+without Snakemake. The profile (full on a CUDA GPU, smoke elsewhere) comes from workflow/config.yaml;
+``--config world=N`` runs the distributed suites (fast_figure3_e2e) under torchrun with N processes.
 """
 
 import shlex
@@ -37,13 +38,14 @@ rule run_suite:
         LOGS / "{suite}.log",
     params:
         profile=PROFILE,
-        python=PYTHON,
+        launch=suite_launcher,
     resources:
         timing_slot=1,
+        gpu=suite_world,
     conda:
         "workflow/envs/repro.yaml"
     shell:
-        "{params.python} -m repro run {wildcards.suite} --profile {params.profile} 2>&1 | tee {log}"
+        "{params.launch} -m repro run {wildcards.suite} --profile {params.profile} 2>&1 | tee {log}"
 
 
 rule data:

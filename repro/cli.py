@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -106,7 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         flush=True,
     )
     ctx = RunContext(args.suite, mod.ARTIFACT, device, profile, ceilings, results)
-    mod.run(ctx)
+    _run_all_ranks(mod, ctx)
     if rank != 0:
         print(f"   rank {rank}: done (rank 0 writes the results)", flush=True)
         return 0
@@ -119,6 +120,28 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"   wrote {p}")
     _print_compare(mod, df)
     return 0
+
+
+def _run_all_ranks(mod, ctx) -> None:
+    """``mod.run(ctx)`` on this rank; under ``torchrun`` with several processes, inside a process
+    group whose collectives time out (``REPRO_DIST_TIMEOUT_S``), returning only once every rank
+    has finished without error (``repro.dist_guard``): rank 0 then writes, and a run in which any
+    rank failed or hung writes nothing and exits non-zero, naming the rank."""
+    import torch.distributed as dist
+
+    from repro.dist_guard import all_ranks_succeeded, init_distributed, inject_test_fault, rank_guard
+
+    owns = int(os.environ.get("WORLD_SIZE", "1")) > 1 and init_distributed(ctx.device)
+    try:
+        with rank_guard(f"repro run {ctx.suite}"):
+            inject_test_fault("before_run")
+            mod.run(ctx)
+            inject_test_fault("after_run")
+            all_ranks_succeeded()
+    finally:
+        if owns:
+            with contextlib.suppress(Exception):  # a failed run: the error above is the one to report
+                dist.destroy_process_group()
 
 
 def _print_compare(mod, df) -> None:
@@ -539,9 +562,18 @@ def _add_data_parser(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from repro.dist_guard import RankFailure
+
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
+    except RankFailure as exc:  # a multi-rank run failed: the cause's traceback, then the rank on one line
+        import traceback
+
+        if exc.__cause__ is not None:
+            traceback.print_exception(exc.__cause__)
+        print(f"repro {args.cmd}: error: {exc}", file=sys.stderr, flush=True)
+        return 1
     except ValueError as exc:  # bad input (a device, a folder, a results file): one line, no traceback
         from repro.bench_gate import GateError
         from repro.results import InputError

@@ -45,7 +45,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -59,6 +58,7 @@ from kernels.ops.flex_torch import masks_of_weight, pivot_and_tie, regular_table
 from kernels.ops.nm_mask import nm_mask, nm_mask_reference
 from kernels.ops.patterns import NM, TBS, Pattern, parse_pattern
 from kernels.ops.pivot import find_pivot, find_pivot_stats
+from repro.dist_guard import init_distributed  # re-exported: the suite joins the group through it
 from repro.models.llama import LlamaModel, sparse_linears
 
 __all__ = [
@@ -99,23 +99,6 @@ def dist_env() -> DistEnv:
     return DistEnv(
         int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_RANK", "0"))
     )
-
-
-def init_distributed(device: torch.device, timeout_s: float = 600.0) -> bool:
-    """Join the default process group (NCCL on CUDA, gloo on the CPU) unless one exists; returns
-    whether this call created it (then the caller destroys it). Under torchrun: ``env://``; in a
-    lone process: a world of 1 on an in-memory store, so the same code runs without a launcher.
-    ``timeout_s`` bounds every collective: a dead peer raises instead of hanging forever."""
-    if dist.is_initialized():
-        return False
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    timeout = timedelta(seconds=timeout_s)
-    kw = {"device_id": device} if device.type == "cuda" else {}
-    if "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
-        dist.init_process_group(backend, timeout=timeout, **kw)
-    else:
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **kw)
-    return True
 
 
 def build_mesh(device: torch.device, tp: int | None = None) -> DeviceMesh:

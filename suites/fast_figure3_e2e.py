@@ -55,6 +55,7 @@ NAME = "fast_figure3_e2e"
 PAPER = "fast"
 ARTIFACT = "figure3_e2e"
 PAPER_ARTIFACT = "figure3"  # the paper's rows (repro/paper_data/fast_figure3.csv, metrics e2e_*)
+DISTRIBUTED = True  # the workflow launches it under torchrun at --config world=N (workflow/rules/common.smk)
 TITLE = "FAST Fig. 3 end to end: tensor-parallel training step, FAST vs PyTorch / Vegeta-based / SR-STE"
 CHECKS = (
     "every method's pivot over the group equals the exact pivot of the gathered global weights",

@@ -22,12 +22,14 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from repro.dist_guard import all_ranks_succeeded, inject_test_fault, rank_guard
 from repro.models.gpt2 import ffn_linears
 from repro.train.checkpoint import load_checkpoint, restore, save_checkpoint
 from repro.train.config import TrainConfig
 from repro.train.flip import FlipTracker
 from repro.train.logs import Pending, RunLog
 from repro.train.parts import (
+    Dist,
     TrainData,
     build_model,
     build_optimizer,
@@ -69,10 +71,47 @@ def train(
     progress_every_s: float = 10.0,
     on_step: Callable[[int], None] | None = None,
 ) -> RunResult:
-    """Train ``cfg`` in ``run_dir`` (resuming its checkpoint.pt) to ``cfg.steps`` or until stopped."""
+    """Train ``cfg`` in ``run_dir`` (resuming its checkpoint.pt) to ``cfg.steps`` or until stopped.
+    Under ``torchrun``: returns only once every rank has finished without error; otherwise raises
+    ``RankFailure`` naming the rank (``repro.dist_guard``), so the caller marks nothing finished."""
+    d = init_distributed()
+    try:
+        with rank_guard("repro train"):
+            res = _train(
+                cfg,
+                Path(run_dir),
+                d,
+                max_minutes=max_minutes,
+                stop_at=stop_at,
+                device=device,
+                progress=progress,
+                progress_every_s=progress_every_s,
+                on_step=on_step,
+            )
+            inject_test_fault("train_end")
+            all_ranks_succeeded()
+        return res
+    finally:
+        if d.owns_group:
+            with contextlib.suppress(Exception):  # a failed run: the error above is the one to report
+                dist.destroy_process_group()
+
+
+def _train(
+    cfg: TrainConfig,
+    run_dir: Path,
+    d: Dist,
+    *,
+    max_minutes: float | None,
+    stop_at: int | None,
+    device: str | torch.device | None,
+    progress: bool,
+    progress_every_s: float,
+    on_step: Callable[[int], None] | None,
+) -> RunResult:
+    """The loop of :func:`train` on this rank, in the process group ``d`` describes."""
     t_begin = time.perf_counter()
     deadline = math.inf if max_minutes is None else t_begin + 60.0 * max_minutes
-    run_dir, d = Path(run_dir), init_distributed()
     if d.main:
         run_dir.mkdir(parents=True, exist_ok=True)
     device = pick_device(d, device)
@@ -181,10 +220,6 @@ def train(
         with contextlib.suppress(Exception):  # an earlier error is the one to report
             log.flush(sync=True)
         log.close()
-    if d.world > 1:
-        dist.barrier()
-        if d.owns_group:
-            dist.destroy_process_group()
     status = "finished" if step >= cfg.steps else "stopped"
     return RunResult(
         status, start, step, tokens, log.losses, val_loss, log.median_tokens_per_s(), time.perf_counter() - t_begin

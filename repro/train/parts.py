@@ -7,6 +7,7 @@ import functools
 import os
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import torch.distributed as dist
 from torch import nn
 
 from repro.data import DataError, TokenFile
+from repro.dist_guard import dist_timeout_s
 from repro.models.gpt2 import build_gpt2, ffn_linears
 from repro.provenance import REPO
 from repro.train.config import RECIPE_MODES, TrainConfig
@@ -52,7 +54,8 @@ class Dist:
 
 def init_distributed() -> Dist:
     """Join the process group that ``torchrun`` describes in the environment (gloo on CPU, nccl on
-    CUDA); alone without it."""
+    CUDA), every collective bounded by ``REPRO_DIST_TIMEOUT_S`` (``repro.dist_guard``); alone
+    without it."""
     if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) < 2:
         return Dist()
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -60,7 +63,10 @@ def init_distributed() -> Dist:
     if owns:
         if torch.cuda.is_available():
             torch.cuda.set_device(local)
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":  # the watchdog aborts a timed-out collective (torch's default since 2.2)
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
+        dist.init_process_group(backend, timeout=timedelta(seconds=dist_timeout_s()))
     return Dist(dist.get_rank(), dist.get_world_size(), local, owns)
 
 

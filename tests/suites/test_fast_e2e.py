@@ -1,7 +1,8 @@
-"""FAST Fig. 3 end to end (repro.tp_step, suites.fast_figure3_e2e) on the CPU with gloo: the tensor-parallel
-step equals the unsharded model's step (loss and every gradient) for dense training and a flex
-pattern, at world 1 and 2; masks made on the shards with each method's distributed pivot equal
-the single-process reference; the suite's smoke profile runs through the CLI."""
+"""FAST Fig. 3 end to end (repro.tp_step, suites.fast_figure3_e2e) on the CPU with gloo: the
+tensor-parallel step equals the unsharded model's step (loss and every gradient) for dense training
+and a flex pattern, at world 1, 2 and 4 (tp 4, and tp 2 x dp 2 with FSDP2); masks made on the shards
+with each method's distributed pivot equal the single-process reference; the suite's smoke profile
+runs through the CLI."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ CASES = (("dense", None), ("fast", "TBS(4)"), ("torch", "TBS(8)"), ("vegeta", "V
 EQUAL = (("dense", None), ("fast", "TBS(4)"))
 
 
-def _worker(rank: int, world: int, tp: int, tmp: str, interpret: bool) -> None:
+def _worker(rank: int, world: int, tp: int, tmp: str, interpret: bool, cfg: LlamaConfig) -> None:
     os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"  # FAST's fused kernels, or the reference
     from repro.tp_step import TPTrainer, build_mesh, full_masks, gather_check_masks, parallelize_llama
 
@@ -37,12 +38,12 @@ def _worker(rank: int, world: int, tp: int, tmp: str, interpret: bool) -> None:
         out: dict = {"check": {}, "equal": {}}
         for method, pattern in CASES:
             torch.manual_seed(0)
-            model = parallelize_llama(LlamaModel(CFG), mesh)
+            model = parallelize_llama(LlamaModel(cfg), mesh)
             trainer = TPTrainer(model, mesh, method, pattern, every=1, autocast=False)
             out["check"][f"{method} {pattern}"] = gather_check_masks(trainer)
             if (method, pattern) not in EQUAL:
                 continue
-            tokens = torch.randint(0, CFG.vocab, (2 * dp, CFG.seq_len), generator=torch.Generator().manual_seed(1))
+            tokens = torch.randint(0, cfg.vocab, (2 * dp, cfg.seq_len), generator=torch.Generator().manual_seed(1))
             mine = tokens.view(dp, 2, -1)[mesh.get_local_rank("dp")]
             if method != "dense":
                 trainer.regenerate()
@@ -56,7 +57,7 @@ def _worker(rank: int, world: int, tp: int, tmp: str, interpret: bool) -> None:
             masks = full_masks(trainer) if method != "dense" else None
             if rank == 0:  # the unsharded model, same weights, same (global) masks, whole batch
                 torch.manual_seed(0)
-                ref = LlamaModel(CFG)
+                ref = LlamaModel(cfg)
                 if masks is not None:
                     with torch.no_grad():
                         for lin, m in zip(sparse_linears(ref).values(), masks, strict=True):
@@ -82,9 +83,10 @@ def _worker(rank: int, world: int, tp: int, tmp: str, interpret: bool) -> None:
         dist.destroy_process_group()
 
 
-def _launch(world: int, tp: int, interpret: bool) -> dict:
+def _launch(world: int, tp: int, interpret: bool, cfg: LlamaConfig = CFG) -> dict:
     with tempfile.TemporaryDirectory(prefix="fast_e2e_") as tmp:
-        mp.start_processes(_worker, args=(world, tp, tmp, interpret), nprocs=world, join=True, start_method="spawn")
+        args = (world, tp, tmp, interpret, cfg)
+        mp.start_processes(_worker, args=args, nprocs=world, join=True, start_method="spawn")
         return json.loads(Path(tmp, "out.json").read_text())
 
 
@@ -109,6 +111,18 @@ def test_tp_step_world1_fused_kernels_interpreted():
 
 def test_tp_step_world2_tensor_parallel():
     _assert_ok(_launch(2, 2, interpret=False))
+
+
+def test_tp_step_world4_tensor_and_data_parallel():
+    """tp 2 x dp 2: FSDP2 shards over dp too, so the pivot group is the whole world of 4."""
+    _assert_ok(_launch(4, 2, interpret=False))
+
+
+@pytest.mark.slow
+def test_tp_step_world4_tensor_parallel():
+    """tp 4 (twice the width, so that every rank's pieces keep Vegeta(4)'s 64-wide tiles)."""
+    wide = LlamaConfig(hidden=256, ffn=512, layers=2, heads=8, vocab=256, seq_len=16)
+    _assert_ok(_launch(4, 4, interpret=False, cfg=wide))
 
 
 def test_smoke_profile_through_the_cli(tmp_path):

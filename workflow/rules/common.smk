@@ -25,6 +25,11 @@ if PROFILE == "auto":
 if PROFILE not in ("smoke", "full", "paper"):
     raise ValueError(f"config profile must be auto, smoke, full or paper, got {PROFILE!r}")
 PYTHON = shlex.quote(config.get("python") or sys.executable)
+# Processes (one GPU each) for the suites that run under torchrun (``DISTRIBUTED = True`` in the
+# suite module, e.g. fast_figure3_e2e): snakemake --config world=4. The other suites run one process.
+WORLD = int(config.get("world", 1))
+if WORLD < 1:
+    raise ValueError(f"config world must be an integer >= 1, got {WORLD}")
 STAMPS = Path(".snakemake-runs") / SLUG / PROFILE
 LOGS = Path("logs") / SLUG / PROFILE
 
@@ -44,3 +49,24 @@ def suite_data(wildcards):
 
     folder = getattr(get_suite(wildcards.suite), "DATA", {}).get(PROFILE)
     return [f"{folder}/manifest.json"] if folder else []
+
+
+def _distributed(suite):
+    from suites import get_suite
+
+    return bool(getattr(get_suite(suite), "DISTRIBUTED", False))
+
+
+def suite_world(wildcards):
+    """Processes (GPUs) of the suite's job: WORLD for a distributed suite, else 1."""
+    return WORLD if _distributed(wildcards.suite) else 1
+
+
+def suite_launcher(wildcards):
+    """The interpreter command of the suite's job: ``torchrun --standalone`` with WORLD processes
+    on this node for a distributed suite at WORLD > 1 (rank 0 writes the results; a failed or hung
+    rank fails the job within REPRO_DIST_TIMEOUT_S and writes nothing), else plain python."""
+    world = suite_world(wildcards)
+    if world == 1:
+        return PYTHON
+    return f"{PYTHON} -m torch.distributed.run --standalone --nproc-per-node {world}"
