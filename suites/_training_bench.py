@@ -27,6 +27,57 @@ CEILING = "fst_gemms_only"
 """Pseudo-mode of :class:`Gemm24Only`: fst with every per-step 2:4 cost removed (the ceiling)."""
 
 
+FST_ALL = "fst_all"
+"""Beyond the paper: fst in the attention projections (QKV and output) as well as in the FFN."""
+
+COMPILED = "_compiled"
+"""Suffix of a run whose model is ``torch.compile``d (``dense_compiled``, ``fst_compiled``, ...)."""
+
+
+def compiled_name(mode: str) -> str:
+    """The name of ``mode``'s compiled run."""
+    return mode + COMPILED
+
+
+def split_run(run: str) -> tuple[str, bool]:
+    """(mode, compiled) of a run name: ``"fst_compiled"`` -> ``("fst", True)``."""
+    return (run.removesuffix(COMPILED), True) if run.endswith(COMPILED) else (run, False)
+
+
+def compile_settings(device: torch.device) -> dict[str, str | None]:
+    """``torch.compile`` keywords of the compiled runs: Inductor in its default mode on CUDA (no
+    CUDA graphs of its own: the suites capture the whole call in theirs), or the mode that
+    ``REPRO_COMPILE_MODE`` names; on a CPU (smoke) ``aot_eager``, which traces the model whole
+    through the same custom ops without Inductor's C++ build time."""
+    if device.type != "cuda":
+        return {"backend": "aot_eager", "mode": None}
+    return {"backend": "inductor", "mode": os.environ.get("REPRO_COMPILE_MODE") or None}
+
+
+def compile_label(device: torch.device) -> str:
+    """How compiled runs were compiled, for their rows' ``variant``."""
+    kw = compile_settings(device)
+    return f"torch.compile(backend={kw['backend']}, mode={kw['mode'] or 'default'}, fullgraph=True)"
+
+
+def compile_in_place(module: nn.Module, device: torch.device) -> None:
+    """Compile ``module``'s forward in place (its names, parameters and masks stay where they are,
+    so checks and mask refreshes reach the same layers); ``fullgraph``: a graph break inside the
+    model is an error, not a silent eager fallback. The compiler's caches are reset first: every
+    build compiles afresh (its compile time is its own), and builds of earlier runs, which share
+    the model's code, do not count towards the recompile limit."""
+    torch.compiler.reset()
+    module.compile(fullgraph=True, **compile_settings(device))
+
+
+def compiled_runs_enabled() -> bool:
+    """Whether the suites time compiled runs beside the eager ones (``REPRO_COMPILED=0``: eager only)."""
+    v = os.environ.get("REPRO_COMPILED", "1")
+    if v not in ("0", "1"):
+        raise ValueError(f"REPRO_COMPILED must be 0 or 1, got {v!r}")
+    return v == "1"
+
+
 def factory(mode: str) -> Callable[..., nn.Module] | None:
     """Linear factory for the FFN linears of ``mode`` (None: nn.Linear)."""
     if mode in ("dense", "half"):
@@ -35,12 +86,18 @@ def factory(mode: str) -> Callable[..., nn.Module] | None:
         return Gemm24Only
     from kernels.layers.sparse_linear import SparseLinear
 
-    return functools.partial(SparseLinear, mode=mode, checks=False, track_flip=False)
+    return functools.partial(SparseLinear, mode="fst" if mode == FST_ALL else mode, checks=False, track_flip=False)
+
+
+def attn_factory(mode: str) -> Callable[..., nn.Module] | None:
+    """Linear factory for the attention projections of ``mode``: fst for :data:`FST_ALL`, else
+    None (nn.Linear, as in the paper)."""
+    return factory("fst") if mode == FST_ALL else None
 
 
 def mode_config(cfg: GPT2Config, mode: str) -> GPT2Config:
     """``cfg`` with the FFN of ``mode`` (half: d_ff halved)."""
-    return dataclasses.replace(cfg, ffn_mode="fst" if mode == CEILING else mode)
+    return dataclasses.replace(cfg, ffn_mode="fst" if mode in (CEILING, FST_ALL) else mode)
 
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

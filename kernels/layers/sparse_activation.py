@@ -87,6 +87,8 @@ def fst_gelu(z: torch.Tensor, producer: nn.Module, approximate: str = "none") ->
     over (see the module docstring). Any other producer: plain ``F.gelu``."""
     if not isinstance(approximate, str) or approximate not in GELU_APPROXIMATIONS:
         raise ValueError(f"approximate must be one of {GELU_APPROXIMATIONS}, got {approximate!r}")
+    if torch.compiler.is_compiling():  # compiled: no hand-off (the compiled fc packs its own operand)
+        return F.gelu(z, approximate=approximate)
     handoff = getattr(producer, "grad_handoff", None)
     if not isinstance(handoff, GradHandoff) or not handoff.wants_packed_grad or not torch.is_grad_enabled():
         return F.gelu(z, approximate=approximate)

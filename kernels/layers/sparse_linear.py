@@ -749,8 +749,8 @@ class SparseLinear(nn.Linear):
         :mod:`kernels.ops.compile_ops` (no graph break inside the layer). No value scans
         (``checks`` applies to eager calls only), no warning about a dense fallback (``backend``
         still says which one runs), a row-major output, no packed pair kept across steps and no
-        hand-off of the weight-gradient operand (the compiled step packs it itself)."""
-        self.grad_handoff = None
+        hand-off of the weight-gradient operand (the compiled step packs it itself; the
+        activations do not look for one when compiled)."""
         if self.is_dense:
             return F.linear(x, self.weight, self.bias)
         dev = x.device.type
