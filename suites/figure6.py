@@ -43,17 +43,23 @@ from suites._common import Verdict, precision_caveat, ratio_verdict, worst
 from suites._training_bench import (
     CEILING,
     DW_TOL,
+    FST_ALL,
     MVUE_DRAWS,
     TwinCheck,
     amp_dtype,
     amp_name,
+    attn_factory,
     ceiling_refusal,
+    compile_in_place,
+    compiled_name,
+    compiled_runs_enabled,
     factory,
     fst_min_extra_bytes,
     fwd_bwd,
     mode_config,
     range_label,
     round_summary,
+    split_run,
     twin_check,
 )
 
@@ -80,6 +86,10 @@ FULL = {
     "ffn_modes": ("fst", "weight24", "srste", "half"),
     "block_modes": ("fst", "half"),
     "breakdown_batch": 4,
+    # compiled runs (dense_compiled, fst_compiled; blocks also fst_all and fst_all_compiled),
+    # only where the issue's targets lie: compiling every build of every shape would take hours
+    "compiled_ffn_d": (2048, 4096),
+    "compiled_block": ((2048, 2048, 4), (4096, 2048, 4)),  # (d, n, batch)
     "rounds": 3,  # fresh builds per module: the median and the range over them are reported
 }
 SMOKE = {
@@ -91,9 +101,14 @@ SMOKE = {
     "ffn_modes": ("fst", "weight24", "srste", "half"),
     "block_modes": ("fst", "half"),
     "breakdown_batch": 1,
+    "compiled_ffn_d": (64,),
+    "compiled_block": ((64, 32, 2),),
     "rounds": 1,
 }
 SMOKE_N = 32
+FFN_COMPILED = ("dense_compiled", "fst_compiled")
+BLOCK_EXTRA = (FST_ALL, "dense_compiled", "fst_compiled", "fst_all_compiled")  # fst_all: beyond the paper
+BEST_DENSE = "best_dense"  # pseudo-run: per round the faster of dense and dense_compiled
 TOL = {"out": 2e-2, "dx": 3e-2}  # bf16 module vs float32 masked twin
 
 
@@ -121,13 +136,20 @@ def _inputs(device: torch.device, batch: int, n: int, d: int) -> tuple[torch.Ten
 def _build(kind: str, cfg: GPT2Config, mode: str, device: torch.device) -> torch.nn.Module:
     """The module in float32 (master weights; the timed call runs it under autocast), initialised
     on ``device`` itself (a d=4096 block takes seconds to initialise on the host)."""
+    mode, compiled = split_run(mode)
     cfg = mode_config(cfg, mode)
     with torch.device(device):
-        return block(cfg, linear_factory=factory(mode)) if kind == "block" else mlp(cfg, linear_factory=factory(mode))
+        if kind == "block":
+            mod = block(cfg, linear_factory=factory(mode), attn_linear_factory=attn_factory(mode))
+        else:
+            mod = mlp(cfg, linear_factory=factory(mode))
+    if compiled:
+        compile_in_place(mod, device)
+    return mod
 
 
 def _measure(
-    ctx: RunContext, kind: str, cfg: GPT2Config, batch: int, n: int, modes, rounds: int = 1
+    ctx: RunContext, kind: str, cfg: GPT2Config, batch: int, n: int, modes, rounds: int = 1, extra=()
 ) -> dict[str, float]:
     """Check, then time, fwd+bwd of the dense module and each mode's; with fst, also its GEMM-level
     ceiling (the module rebuilt with ``Gemm24Only`` FFN linears: fst's 2:4 GEMMs in place, its
@@ -136,13 +158,17 @@ def _measure(
     ``rounds`` > 1: every round builds and times every module afresh, in the same order, and the
     rows give the median over rounds (``fwd_bwd_time``, ``speedup_vs_dense``) and the range of the
     per-round times and ratios (``*_min``, ``*_max``). On an H100 two builds of the same module can
-    differ by up to 8% in time (new allocations, a new graph), so a single build is one sample."""
+    differ by up to 8% in time (new allocations, a new graph), so a single build is one sample.
+
+    ``extra``: more runs (compiled ones, ``fst_all``); with ``dense_compiled`` among them every run
+    also gets ``speedup_vs_best_dense``, against the faster of dense and dense_compiled per round."""
     d, label_dt = cfg.d_model, _dtype_label(ctx.device)
     x, dy = _inputs(ctx.device, batch, n, d)
     label = f"{kind} d={d} n={n} N={batch}"
     shape = f"{kind}/d={d}/n={n}/N={batch}"
     add = partial(ctx.results.add, shape=shape, dtype=label_dt, verified=True)  # every value below is checked
     with_ceiling = "fst" in modes and ceiling_refusal(d, cfg.ffn_hidden, batch * n, ctx.device) is None
+    modes = (*modes, *extra)
     runs = ("dense", *modes, *((CEILING,) if with_ceiling else ()))
     times: dict[str, list[float]] = {mode: [] for mode in runs}
     refs: dict[str, TwinCheck] = {}
@@ -151,16 +177,18 @@ def _measure(
         for mode in runs:
             torch.manual_seed(0)
             mod = _build(kind, cfg, mode, ctx.device)
+            base = split_run(mode)[0]
+            mvue = base in ("fst", FST_ALL)
             if r == 0:  # the same module each round (same seed): checked against its twin once
-                twin = partial(_build, kind, cfg, "half" if mode == "half" else "dense", ctx.device)
+                twin = partial(_build, kind, cfg, "half" if base == "half" else "dense", ctx.device)
                 c = refs[mode] = twin_check(mod, twin, x, dy)
                 ok = c.out <= TOL["out"] and c.dx <= TOL["dx"]
-                ok = ok and (c.dw != c.dw or c.dw <= DW_TOL["mvue" if mode == "fst" else "exact"])  # NaN: no dW
+                ok = ok and (c.dw != c.dw or c.dw <= DW_TOL["mvue" if mvue else "exact"])  # NaN: no dW
                 ctx.check(ok, f"{label} {mode}: out {c.out:.2e} dx {c.dx:.2e} dW {c.dw:.2e}")
                 add(method=mode, metric="out_rel_err_vs_masked_dense", value=c.out, unit="")
                 add(method=mode, metric="dx_rel_err_vs_masked_dense", value=c.dx, unit="")
                 if c.dw == c.dw:
-                    draws = "mean of " + (f"{MVUE_DRAWS} MVUE draws" if mode == "fst" else "1 call (exact)")
+                    draws = "mean of " + (f"{MVUE_DRAWS} MVUE draws" if mvue else "1 call (exact)")
                     add(method=mode, metric="dw_rel_err_vs_masked_dense", value=c.dw, unit="", variant=draws)
             # every round: the timed call's own Y and dX (poisoned, recomputed) agree with the twin
             what = f"{label} {mode} round {r}"
@@ -180,6 +208,15 @@ def _measure(
         if rounds > 1:
             add(method=mode, metric="speedup_vs_dense_min", value=min(per_round[mode]), unit="x")
             add(method=mode, metric="speedup_vs_dense_max", value=max(per_round[mode]), unit="x")
+    dense_compiled = compiled_name("dense")
+    if dense_compiled in runs:  # the headline: against the faster dense module of each round
+        best = [min(a, b) for a, b in zip(times["dense"], times[dense_compiled], strict=True)]
+        best_ms, best_round = round_summary({**times, BEST_DENSE: best}, base=BEST_DENSE)
+        for mode in (m for m in modes if m != dense_compiled):
+            add(method=mode, metric="speedup_vs_best_dense", value=best_ms[BEST_DENSE] / best_ms[mode], unit="x")
+            if rounds > 1:
+                add(method=mode, metric="speedup_vs_best_dense_min", value=min(best_round[mode]), unit="x")
+                add(method=mode, metric="speedup_vs_best_dense_max", value=max(best_round[mode]), unit="x")
 
     msg = f"{label:>28s}: dense {ms['dense']:.3f} ms; "
     msg += ", ".join(f"{m} {ms['dense'] / ms[m]:.2f}x{range_label(per_round[m])}" for m in modes)
@@ -293,16 +330,19 @@ def _kernel_breakdown(ctx: RunContext, d: int, batch: int, n: int) -> None:
 def run(ctx: RunContext) -> None:
     p = FULL if ctx.profile == "full" else SMOKE
     ffn_n = FFN_N if ctx.profile == "full" else SMOKE_N
+    comp = compiled_runs_enabled()
     for d in p["ffn_d"]:
         for batch in p["ffn_batch"]:
-            _measure(ctx, "ffn", _cfg(d, ffn_n), batch, ffn_n, p["ffn_modes"], p["rounds"])
+            extra = FFN_COMPILED if comp and d in p["compiled_ffn_d"] else ()
+            _measure(ctx, "ffn", _cfg(d, ffn_n), batch, ffn_n, p["ffn_modes"], p["rounds"], extra)
         if ctx.device.type == "cuda":
             _breakdown(ctx, d, p["breakdown_batch"], ffn_n)
             _kernel_breakdown(ctx, d, p["breakdown_batch"], ffn_n)
     for n in p["block_n"]:
         for d in p["block_d"]:
             for batch in p["block_batch"]:
-                _measure(ctx, "block", _cfg(d, n), batch, n, p["block_modes"], p["rounds"])
+                extra = BLOCK_EXTRA if comp and (d, n, batch) in p["compiled_block"] else ()
+                _measure(ctx, "block", _cfg(d, n), batch, n, p["block_modes"], p["rounds"], extra)
 
 
 def _parse(shape: str) -> dict:
@@ -328,6 +368,7 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
     hi = df[df["metric"] == "speedup_vs_dense_max"].groupby(["shape", "method"])["value"].first().to_dict()
     ceil = df[df["metric"] == "gemm_ceiling_speedup"].groupby("shape")["value"].first().to_dict()
     bound = df[df["metric"] == "fst_bound_speedup"].groupby("shape")["value"].first().to_dict()
+    vs_best = df[df["metric"] == "speedup_vs_best_dense"].groupby(["shape", "method"])["value"].first().to_dict()
     ffn = _ffn_by_tokens(df)
     dense_ms = df[(df["metric"] == "fwd_bwd_time") & (df["method"] == "dense")].groupby("shape")["value"].first()
     rows = []
@@ -338,6 +379,8 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
         # the range of the per-round ratios (fresh builds), where the run had several rounds
         row["speedup_min"] = lo.get((shape, method), float("nan"))
         row["speedup_max"] = hi.get((shape, method), float("nan"))
+        # the headline where compiled runs were timed: vs the faster of dense and dense_compiled
+        row["vs_best_dense"] = vs_best.get((shape, method), float("nan"))
         row["gemm_ceiling"] = ceil.get(shape, float("nan")) if method == "fst" else float("nan")
         row["fst_bound"] = bound.get(shape, float("nan")) if method == "fst" else float("nan")
         # a block's FFN share of the dense time, and the block S that the FFN's own fst S allows
