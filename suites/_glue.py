@@ -33,6 +33,13 @@ import pandas as pd
 from repro.suite import RunContext
 from suites import _pretrain as P
 
+CHECKS = (
+    *P.CHECKS[:2],
+    "each fine-tuning starts from the run's final checkpoint (step = the run's steps), a fresh copy per fold",
+    "the folds cover every example of the task's validation split once; the same folds for every run",
+)
+"""The checks behind every GLUE suite's rows (the pretraining runs' own, then the fine-tuning's)."""
+
 TASKS = ("sst2", "mrpc", "rte")
 PROTOCOL = "kfold-validation"
 UNIT = "points"  # GLUE metric x 100, as the paper prints it

@@ -34,11 +34,7 @@ TITLE = (
     "Hu et al. 2024 Table 4 (reduced scale): SST-2/MRPC/RTE k-fold accuracy of GPT-2 124M pretrained dense, "
     "fst, STEP, Bi-Mask, SR-STE, half"
 )
-CHECKS = (
-    *P.CHECKS[:2],
-    "each fine-tuning starts from the run's final checkpoint (step = the run's steps), a fresh copy per fold",
-    "the folds cover every example of the task's validation split once; the same folds for every recipe",
-)
+CHECKS = G.CHECKS
 PROFILES = P.PROFILES
 DATA = P.DATA
 SCALE = (

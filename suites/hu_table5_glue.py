@@ -28,11 +28,7 @@ NAME = "hu_table5_glue"
 PAPER = "hu2024"
 ARTIFACT = "table5_glue"  # the dashboard keys suites by artifact: table5 is the loss suite's
 TITLE = "Hu et al. 2024 Table 5, GLUE columns (reduced scale): SST-2/MRPC/RTE k-fold accuracy, GPT-2 124M dense vs fst"
-CHECKS = (
-    *P.CHECKS[:2],
-    "each fine-tuning starts from the run's final checkpoint (step = the run's steps), a fresh copy per fold",
-    "the folds cover every example of the task's validation split once; the same folds for every run",
-)
+CHECKS = G.CHECKS
 PROFILES = P.PROFILES
 DATA = P.DATA
 SCALE = (
