@@ -377,5 +377,8 @@ def scale_note(df: pd.DataFrame) -> str:
     for s in sorted(set(df.loc[df["metric"] == "val_loss", "shape"])):
         model, _, tok = s.partition("/")
         n = float(tok.removesuffix("tok")) if tok.removesuffix("tok").isdigit() else float("nan")
-        notes.append(f"{model}, {n / 1e6:.1f}M tokens" if n == n else s)
+        if n != n:
+            notes.append(s)
+        else:  # a smoke run's few hundred tokens would read "0.0M tokens"
+            notes.append(f"{model}, {n / 1e6:.1f}M tokens" if n >= 1e5 else f"{model}, {int(n):,} tokens")
     return "; ".join(notes) or "no runs"
