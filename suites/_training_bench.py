@@ -160,6 +160,18 @@ def round_summary(
     return ms, ratios
 
 
+BEST_DENSE = "best_dense"
+"""Pseudo-run of :func:`best_dense_summary`: per round, the faster of dense and dense_compiled."""
+
+
+def best_dense_summary(times: Mapping[str, Sequence[float]]) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """:func:`round_summary` against :data:`BEST_DENSE`, the faster dense run of each round (dense,
+    or dense_compiled where it was timed): the base of the headline ``speedup_vs_best_dense``."""
+    dense = [times[m] for m in ("dense", compiled_name("dense")) if m in times]
+    best = [min(v) for v in zip(*dense, strict=True)]
+    return round_summary({**times, BEST_DENSE: best}, base=BEST_DENSE)
+
+
 def range_label(ratios: Sequence[float]) -> str:
     """`` [lo-hi]`` of per-round ratios for a log line; empty for a single round."""
     return f" [{min(ratios):.2f}-{max(ratios):.2f}]" if len(ratios) > 1 else ""

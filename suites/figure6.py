@@ -41,6 +41,7 @@ from repro.suite import RunContext
 from suites import _kernel_breakdown as kernel_breakdown_rows
 from suites._common import Verdict, precision_caveat, ratio_verdict, worst
 from suites._training_bench import (
+    BEST_DENSE,
     CEILING,
     DW_TOL,
     FST_ALL,
@@ -49,6 +50,7 @@ from suites._training_bench import (
     amp_dtype,
     amp_name,
     attn_factory,
+    best_dense_summary,
     ceiling_refusal,
     compile_in_place,
     compiled_name,
@@ -108,7 +110,6 @@ SMOKE = {
 SMOKE_N = 32
 FFN_COMPILED = ("dense_compiled", "fst_compiled")
 BLOCK_EXTRA = (FST_ALL, "dense_compiled", "fst_compiled", "fst_all_compiled")  # fst_all: beyond the paper
-BEST_DENSE = "best_dense"  # pseudo-run: per round the faster of dense and dense_compiled
 TOL = {"out": 2e-2, "dx": 3e-2}  # bf16 module vs float32 masked twin
 
 
@@ -210,8 +211,7 @@ def _measure(
             add(method=mode, metric="speedup_vs_dense_max", value=max(per_round[mode]), unit="x")
     dense_compiled = compiled_name("dense")
     if dense_compiled in runs:  # the headline: against the faster dense module of each round
-        best = [min(a, b) for a, b in zip(times["dense"], times[dense_compiled], strict=True)]
-        best_ms, best_round = round_summary({**times, BEST_DENSE: best}, base=BEST_DENSE)
+        best_ms, best_round = best_dense_summary(times)
         for mode in (m for m in modes if m != dense_compiled):
             add(method=mode, metric="speedup_vs_best_dense", value=best_ms[BEST_DENSE] / best_ms[mode], unit="x")
             if rounds > 1:

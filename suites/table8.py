@@ -46,6 +46,7 @@ from repro.train.step import lm_loss, train_step
 from suites import _kernel_breakdown as kernel_breakdown_rows
 from suites._common import Verdict, precision_caveat, ratio_verdict, worst
 from suites._training_bench import (
+    BEST_DENSE,
     CEILING,
     DW_TOL,
     FST_ALL,
@@ -53,6 +54,7 @@ from suites._training_bench import (
     amp_dtype,
     amp_name,
     attn_factory,
+    best_dense_summary,
     ceiling_refusal,
     compile_in_place,
     compile_label,
@@ -98,7 +100,6 @@ ROUNDS = {"full": 3, "smoke": 1}  # fresh builds per model and mode: medians and
 SEQ = 1024
 LOSS_TOL = 2e-2
 CHECK_SEQS = 4  # sequences of the batch on which each model's loss is checked against its twin
-BEST_DENSE = "best_dense"  # pseudo-run: per round the faster of dense and dense_compiled
 # runs whose step is also profiled kernel by kernel (first round)
 PROFILED = ("dense", "fst", "dense_compiled", "fst_compiled")
 
@@ -343,10 +344,7 @@ def _measure(ctx: RunContext, name: str, cfg: GPT2Config, batch: int, seq: int, 
         if "dense" not in runs:
             return
     ms, per_round = round_summary({m: amortized[m] for m in runs})
-    dense_runs = [m for m in ("dense", compiled_name("dense")) if m in runs]
-    per_round_best = [min(v) for v in zip(*(amortized[m] for m in dense_runs), strict=True)]
-    best = {**{m: amortized[m] for m in runs}, BEST_DENSE: per_round_best}
-    best_ms, best_round = round_summary(best, base=BEST_DENSE)
+    best_ms, best_round = best_dense_summary({m: amortized[m] for m in runs})
     add = partial(ctx.results.add, shape=shape, dtype=amp_name(), verified=True)
     for mode in runs:
         med_step = statistics.median(step[mode])
@@ -372,7 +370,7 @@ def _measure(ctx: RunContext, name: str, cfg: GPT2Config, batch: int, seq: int, 
     msg = f"{label:>18s}: dense {ms['dense']:.1f} ms/step; " + ", ".join(
         f"{m} {ms['dense'] / ms[m]:.3f}x{range_label(per_round[m])}" for m in speedup_runs
     )
-    if len(dense_runs) > 1:
+    if compiled_name("dense") in runs:
         msg += f"; vs the best dense step ({best_ms[BEST_DENSE]:.1f} ms): " + ", ".join(
             f"{m} {best_ms[BEST_DENSE] / best_ms[m]:.3f}x" for m in speedup_runs if m != compiled_name("dense")
         )
