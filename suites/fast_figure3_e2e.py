@@ -92,11 +92,23 @@ def layers_that_fit(cfg: LlamaConfig, mem_bytes: int, world: int, batch: int, se
     return max(1, min(cfg.layers, int((MEMORY_FRACTION * mem_bytes - fixed) // per_block)))
 
 
+def model_label(name: str, layers: int, paper_layers: int, world: int) -> str:
+    """``map-neo-7b-cut12of30 w4``: the model, its cut (if any) and the world size, so the rows of
+    runs at several world sizes (merged from separate launches) stay apart."""
+    cut = "" if layers == paper_layers else f"-cut{layers}of{paper_layers}"
+    return f"{name}{cut} w{world}"
+
+
+def base_model(label: str) -> str:
+    """The model name of a row label (``model_label`` without the cut and the world size)."""
+    return label.split(" w")[0].split("-cut")[0]
+
+
 def _models(ctx: RunContext, world: int) -> dict[str, tuple[LlamaConfig, int]]:
     """Model label -> (config, batch per dp rank)."""
     if ctx.profile != "full":
         cfg = dataclasses.replace(SMOKE, hidden=SMOKE.hidden * world, ffn=SMOKE.ffn * world, heads=SMOKE.heads * world)
-        return {"smoke": (cfg, BATCH["smoke"])}
+        return {model_label("smoke", cfg.layers, cfg.layers, world): (cfg, BATCH["smoke"])}
     wanted = [m for m in os.environ.get("FAST_E2E_MODELS", ",".join(FULL_MODELS)).split(",") if m]
     mem = torch.cuda.get_device_properties(ctx.device).total_memory
     out = {}
@@ -105,7 +117,7 @@ def _models(ctx: RunContext, world: int) -> dict[str, tuple[LlamaConfig, int]]:
             raise SystemExit(f"FAST_E2E_MODELS: unknown model {name!r}; known: {', '.join(FULL_MODELS)}")
         cfg = dataclasses.replace(CONFIGS[name], seq_len=SEQ)
         layers = layers_that_fit(cfg, mem, world, BATCH[name], SEQ)
-        label = name if layers == cfg.layers else f"{name}-cut{layers}of{cfg.layers}"
+        label = model_label(name, layers, cfg.layers, world)
         out[label] = (dataclasses.replace(cfg, layers=layers), BATCH[name])
     return out
 
@@ -153,7 +165,7 @@ def _run(ctx: RunContext, device: torch.device, world: int) -> None:
         setup("world_size", world, "count")
         setup("tp_size", tp, "count")
         setup("layers", cfg.layers, "count")
-        setup("paper_layers", CONFIGS.get(label.split("-cut")[0], cfg).layers, "count")
+        setup("paper_layers", CONFIGS.get(base_model(label), cfg).layers, "count")
         gen = torch.Generator(device="cpu").manual_seed(1)
         dp_rank = mesh.get_local_rank("dp")
         tokens = torch.randint(0, cfg.vocab, (mesh["dp"].size(), batch, cfg.seq_len), generator=gen)[dp_rank]
@@ -271,7 +283,53 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
                         "comparable": "yes" if not reason else f"not comparable: {reason}",
                     }
                 )
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    scale = scaling(df)
+    if len(scale):  # several world sizes: per-block mask and pivot time against world 1's, below
+        scale = scale.assign(pattern="scaling: " + scale["method"] + " " + scale["variant"])
+        table = pd.concat([table, scale.drop(columns=["method", "variant"])], ignore_index=True)
+    return table
+
+
+def scaling(df: pd.DataFrame) -> pd.DataFrame:
+    """Per model (cut and world aside), method, pattern and interval: mask generation and pivot
+    time per block at each world size, and their speedup over world 1 (per block, since the 7B
+    cut keeps more blocks as the world grows). Empty unless some model ran at several world
+    sizes (runs at different worlds are launched apart and their rows merged)."""
+    setups = _setup(df)
+    timed = df[df["metric"].isin(["mask_ms", "pivot_ms", "step_ms"]) & ~df["method"].isin(["dense", "setup"])]
+    rows = []
+    for label, part in timed.groupby("shape", sort=False):
+        s = setups.get(label, {})
+        layers, world = s.get("layers", float("nan")), s.get("world_size", float("nan"))
+        for (method, variant), g in part.groupby(["method", "variant"], sort=False):
+            v = g.set_index("metric")["value"]
+            rows.append(
+                {
+                    "model": base_model(label),
+                    "method": method,
+                    "variant": variant,
+                    "world": world,
+                    "layers": layers,
+                    **{
+                        f"{m.removesuffix('_ms')}_ms_per_block": v.get(m, float("nan")) / layers
+                        for m in ("mask_ms", "pivot_ms", "step_ms")
+                    },
+                }
+            )
+    t = pd.DataFrame(rows)
+    if t.empty or t["world"].nunique() < 2:
+        return pd.DataFrame()
+    out = []
+    for _, g in t.groupby(["model", "method", "variant"], sort=False):
+        one = g[g["world"] == 1]
+        for _, r in g.sort_values("world").iterrows():
+            r = r.to_dict()
+            for m in ("mask", "pivot"):
+                base = float(one[f"{m}_ms_per_block"].iloc[0]) if len(one) else float("nan")
+                r[f"{m}_speedup_vs_world1"] = base / r[f"{m}_ms_per_block"] if r[f"{m}_ms_per_block"] else float("nan")
+            out.append(r)
+    return pd.DataFrame(out)
 
 
 def summary(df: pd.DataFrame) -> str:

@@ -157,3 +157,31 @@ def test_layers_that_fit_and_reasons():
     assert suite.not_comparable_reason("map-neo-7b", full) == ""
     assert "cut to 6 of 28" in suite.not_comparable_reason("map-neo-7b-cut6of28", {**full, "layers": 6.0})
     assert "world size 1" in suite.not_comparable_reason("map-neo-7b", {**full, "world_size": 1.0})
+
+
+def test_rows_of_several_world_sizes_stay_apart_and_scale_per_block():
+    """Merged rows of launches at world 1 and 4 (the 7B cut keeps more blocks at 4): the compare
+    table keeps both, and the scaling rows divide by blocks before comparing with world 1."""
+    import pandas as pd
+
+    from suites import fast_figure3_e2e as suite
+
+    rows = []
+    for world, layers, mask, pivot in ((1, 4, 8.0, 2.0), (4, 12, 6.0, 3.0)):
+        label = suite.model_label("map-neo-7b", layers, 30, world)
+        assert suite.base_model(label) == "map-neo-7b"
+        for metric, value in (("world_size", world), ("layers", layers), ("paper_layers", 30)):
+            rows.append(dict(method="setup", shape=label, variant="", metric=metric, value=value))
+        for method in ("torch", "fast"):
+            for metric, value in (("mask_ms", mask), ("pivot_ms", pivot), ("step_ms", 100.0 * layers)):
+                rows.append(dict(method=method, shape=label, variant="TBS(4) every=1", metric=metric, value=value))
+    df = pd.DataFrame(rows)
+    t = suite.scaling(df)
+    fast = t[t["method"] == "fast"].set_index("world")
+    assert list(fast.index) == [1, 4]
+    assert fast.loc[4, "mask_ms_per_block"] == 0.5 and fast.loc[1, "mask_ms_per_block"] == 2.0
+    assert fast.loc[4, "mask_speedup_vs_world1"] == 4.0 and fast.loc[4, "pivot_speedup_vs_world1"] == 2.0
+    table = suite.compare(df)
+    assert {"map-neo-7b-cut4of30 w1", "map-neo-7b-cut12of30 w4"} <= set(table["model"])
+    assert table["pattern"].str.startswith("scaling: fast").sum() == 2
+    assert suite.scaling(df[df["shape"].str.endswith("w1")]).empty  # one world size: no scaling rows
