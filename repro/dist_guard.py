@@ -83,6 +83,8 @@ def init_distributed(device: torch.device, timeout_s: float | None = None) -> bo
         return False
     backend = "nccl" if device.type == "cuda" else "gloo"
     timeout = timedelta(seconds=dist_timeout_s() if timeout_s is None else timeout_s)
+    if device.type == "cuda" and device.index is None:  # NCCL binds to one device: say which
+        device = torch.device("cuda", torch.cuda.current_device())
     kw = {"device_id": device} if device.type == "cuda" else {}
     if backend == "nccl":  # the watchdog aborts a timed-out collective (torch's default since 2.2)
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")

@@ -41,6 +41,7 @@ the slowest rank's per part. The forward and backward are the same dense GEMMs f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -54,7 +55,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from kernels.ops.flex import flex_mask, flex_mask_reference, needs_pivot, tie_share
-from kernels.ops.flex_torch import masks_of_weight, pivot_and_tie, regular_table
+from kernels.ops.flex_torch import masks_of_weight, pivot_and_tie, recompile_limit, regular_table
 from kernels.ops.nm_mask import nm_mask, nm_mask_reference
 from kernels.ops.patterns import NM, TBS, Pattern, parse_pattern
 from kernels.ops.pivot import find_pivot, find_pivot_stats
@@ -249,7 +250,11 @@ class ShardMasker:
                 flex_mask(w, self.pattern, self.density, "fast", s, float(pivot), tie=float(tie), check_finite=False)
                 for w, s in zip(self.pieces, self.seeds, strict=True)
             ]
-        return [self._mask_fn(w, self.pattern, self.method, self.configs, pivot, tie, self.table) for w in self.pieces]
+        # every (piece shape, pattern, method) is its own static graph: more than dynamo's default 8
+        with recompile_limit(1024) if self.compiled else contextlib.nullcontext():
+            return [
+                self._mask_fn(w, self.pattern, self.method, self.configs, pivot, tie, self.table) for w in self.pieces
+            ]
 
 
 class TPTrainer:

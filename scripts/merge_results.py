@@ -8,6 +8,8 @@ the suite's figures with ``python -m repro plot SUITE``.
 Every part must hold rows of the same device and profile, and no two parts may share a row key
 (method, variant, shape, dtype, metric): a duplicate would silently hide one measurement. The
 device-ceiling rows every part measured are the exception: the first part's are kept.
+``--keep-other-shapes``: a re-run of some shapes only (the others failed or did not finish) keeps
+the stored rows of the other shapes, each with the commit it was measured at.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from repro.results import locked, read_results, write_atomic  # noqa: E402
 KEY = ["method", "variant", "shape", "dtype", "metric"]
 
 
-def merge(suite: str, parts: list[Path], into: Path) -> Path:
+def merge(suite: str, parts: list[Path], into: Path, keep_other_shapes: bool = False) -> Path:
     frames = []
     for root in parts:
         found = sorted(root.glob(f"*/{suite}.csv"))
@@ -48,7 +50,10 @@ def merge(suite: str, parts: list[Path], into: Path) -> Path:
     with locked(path):
         if path.exists():
             old = read_results(path)
-            new = pd.concat([old[old["profile"] != profile], new], ignore_index=True)
+            drop = old["profile"] == profile
+            if keep_other_shapes:  # a part re-ran some shapes: the others keep their older rows
+                drop &= old["shape"].isin(set(new["shape"])) | (old["method"] == "ceiling")
+            new = pd.concat([old[~drop], new], ignore_index=True)
         write_atomic(new, path)
     return path
 
@@ -58,8 +63,13 @@ def main() -> None:
     ap.add_argument("suite")
     ap.add_argument("parts", nargs="+", type=Path)
     ap.add_argument("--into", type=Path, default=Path("results"))
+    ap.add_argument(
+        "--keep-other-shapes",
+        action="store_true",
+        help="keep the stored rows of shapes the parts did not re-run (each row keeps its commit)",
+    )
     args = ap.parse_args()
-    print(f"wrote {merge(args.suite, args.parts, args.into)}")
+    print(f"wrote {merge(args.suite, args.parts, args.into, args.keep_other_shapes)}")
 
 
 if __name__ == "__main__":

@@ -127,3 +127,22 @@ def test_a_training_run_whose_rank_hangs_at_the_end_is_not_marked_finished(tmp_p
     assert not (tmp_path / "ddp" / "summary.json").exists()
     assert (tmp_path / "ddp" / "checkpoint.pt").exists()  # the work is kept: a later call resumes
     assert json.loads((tmp_path / "ddp" / "config.json").read_text())["steps"] == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_lone_process_on_cuda_without_an_index_joins_nccl():
+    """``repro run`` without torchrun passes the device "cuda" (no index); NCCL needs one (this
+    failed on the H100: "Please use a device_id with index")."""
+    import torch
+    import torch.distributed as dist
+
+    from repro.dist_guard import init_distributed
+
+    assert init_distributed(torch.device("cuda"))
+    try:
+        t = torch.ones(1, device="cuda")
+        dist.all_reduce(t)
+        assert t.item() == 1.0
+    finally:
+        dist.destroy_process_group()

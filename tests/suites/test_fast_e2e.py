@@ -185,3 +185,26 @@ def test_rows_of_several_world_sizes_stay_apart_and_scale_per_block():
     assert {"map-neo-7b-cut4of30 w1", "map-neo-7b-cut12of30 w4"} <= set(table["model"])
     assert table["pattern"].str.startswith("scaling: fast").sum() == 2
     assert suite.scaling(df[df["shape"].str.endswith("w1")]).empty  # one world size: no scaling rows
+
+
+def test_compiled_baseline_masks_allow_a_graph_per_piece_shape():
+    """A training step masks every piece (several shapes) with each pattern: the compiled baseline
+    is one static graph per (shape, pattern, method), beyond dynamo's default limit of 8 (this
+    failed on the H100 with FailOnRecompileLimitHit at world 1 on MAP-NEO 460M)."""
+    from kernels.ops.patterns import parse_pattern
+    from repro.tp_step import ShardMasker
+
+    weights = [torch.randn(64, 128), torch.randn(128, 64)]
+    masker = ShardMasker(weights, "torch", parse_pattern("TBS(4)"), 0.5, None)
+    seen = []
+
+    def spy(*args):
+        seen.append(torch._dynamo.config.recompile_limit)
+        return masks_of_weight(*args)
+
+    from kernels.ops.flex_torch import masks_of_weight
+
+    masker.compiled, masker._mask_fn = True, spy
+    masks = masker.masks(*masker.pivot())
+    assert len(masks) == 2 and seen and min(seen) >= 1024
+    assert torch._dynamo.config.recompile_limit < 1024  # raised only inside the call
