@@ -114,14 +114,17 @@ def build_mesh(device: torch.device, tp: int | None = None) -> DeviceMesh:
 
 def parallelize_llama(model: LlamaModel, mesh: DeviceMesh) -> LlamaModel:
     """Shard ``model`` in place over ``mesh``: column/row-wise TP plans for every block's
-    attention and MLP projections on "tp", FSDP2 on "dp" when it has more than one rank."""
+    attention and MLP projections on "tp" when it has more than one rank (at tp 1 the weights
+    stay plain tensors: DTensor's dispatch costs host time on every op and one rank gains nothing
+    from it), FSDP2 on "dp" when it has more than one rank."""
     tp = mesh["tp"].size()
     cfg = model.cfg
     if cfg.heads % tp or cfg.ffn % tp:
         raise ValueError(f"heads ({cfg.heads}) and FFN ({cfg.ffn}) must be divisible by the TP size {tp}")
     plan = {name: ColwiseParallel() for name in COLWISE} | {name: RowwiseParallel() for name in ROWWISE}
-    for block in model.layers:
-        parallelize_module(block, mesh["tp"], plan)
+    if tp > 1:
+        for block in model.layers:
+            parallelize_module(block, mesh["tp"], plan)
     if mesh["dp"].size() > 1:
         from torch.distributed.fsdp import fully_shard
 
