@@ -69,6 +69,20 @@ def medians(run: dict) -> dict[str, float]:
     return out
 
 
+def host_synced(run: dict) -> set[str]:
+    """Benchmarks of ``run`` timed uncaptured (their call syncs with the host, so it cannot be a
+    CUDA graph): their events span the host's work between kernels too, so host load moves them.
+    On a second H100 machine start, with other jobs on the host, three of the four moved by
+    6-35% with no code change (results/benchmarks/<gpu>/second-start-aa132e4): the gate reports
+    them and does not fail on them; their kernels are gated through captured twins."""
+    out = set()
+    for b in run["benchmarks"]:
+        timer = str((b.get("extra_info") or {}).get("timer", ""))
+        if timer.startswith("device-clock/") and "graph" not in timer:
+            out.add(b["fullname"])
+    return out
+
+
 def _gpu(run: dict) -> str:
     return str((run.get("machine_info") or {}).get("gpu", "?"))
 
@@ -155,14 +169,19 @@ class Row:
     threshold: float
     spread: float
     runs_ms: list[float]
+    host_synced: bool = False  # reported, not gated (``host_synced``)
 
     @property
     def change(self) -> float:
         return self.now_ms / self.baseline_ms - 1.0
 
     @property
-    def failed(self) -> bool:
+    def slower(self) -> bool:
         return self.change > self.threshold
+
+    @property
+    def failed(self) -> bool:
+        return self.slower and not self.host_synced
 
 
 @dataclass
@@ -186,6 +205,7 @@ class Report:
             "passed": not self.failures,
             "failures": [r.name for r in self.failures],
             "rows": [{**r.__dict__, "change": r.change, "failed": r.failed} for r in self.rows],
+            "host_synced_slower": [r.name for r in self.rows if r.host_synced and r.slower],
             "missing": self.missing,
             "new": self.new,
         }
@@ -199,13 +219,14 @@ def compare(gate: dict, run: dict, require_device_time: bool = True) -> Report:
         )
     if require_device_time:
         check_device_time(run)
-    now = medians(run)
+    now, synced = medians(run), host_synced(run)
     rep = Report(gate["gpu"], int(gate.get("k", 0)), dict(gate.get("rule", {})))
     for name, b in sorted(gate["benchmarks"].items()):
         if name not in now:
             rep.missing.append(name)
             continue
-        rep.rows.append(Row(name, b["baseline_ms"], now[name], b["threshold"], b["spread"], list(b["runs_ms"])))
+        row = Row(name, b["baseline_ms"], now[name], b["threshold"], b["spread"], list(b["runs_ms"]), name in synced)
+        rep.rows.append(row)
     rep.new = sorted(set(now) - set(gate["benchmarks"]))
     return rep
 
@@ -227,11 +248,17 @@ def format_report(rep: Report) -> str:
             f"> threshold +{r.threshold:.1%} (noise: spread {r.spread:.1%} over {len(r.runs_ms)} runs "
             f"{', '.join(_us(v) for v in r.runs_ms)})"
         )
+    for r in rep.rows:
+        if r.host_synced and r.slower:
+            lines.append(
+                f"INFO {r.name}: baseline {_us(r.baseline_ms)}, now {_us(r.now_ms)} ({r.change:+.1%}) > threshold "
+                f"+{r.threshold:.1%}, not gated: timed uncaptured (it syncs with the host), so host load moves it"
+            )
     for name in rep.missing:
         lines.append(f"MISSING {name}: in the baseline, not in this run (skipped or failed?)")
     for name in rep.new:
         lines.append(f"NEW {name}: not in the baseline (not gated)")
-    worst = max(rep.rows, key=lambda r: r.change - r.threshold, default=None)
+    worst = max((r for r in rep.rows if not r.host_synced), key=lambda r: r.change - r.threshold, default=None)
     if rep.failures:
         lines.append(f"FAILED: {len(rep.failures)} of {len(rep.rows)} benchmarks slower than their threshold")
     else:

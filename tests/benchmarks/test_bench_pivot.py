@@ -43,6 +43,36 @@ def test_pivot_and_tie_16bit(benchmark, shapes, copy_gbps):
     assert run_benchmark(benchmark, fn, nbytes=nbytes, copy_gbps=copy_gbps, graph=False) == (pivot, tie)
 
 
+@pytest.mark.parametrize("shapes", paper_params(CASES))
+def test_pivot_and_tie_16bit_captured(benchmark, shapes, copy_gbps):
+    """The device part of ``pivot_and_tie_16bit`` (both histogram passes and the select into a
+    device state, as ``FlexMasker`` launches them), CUDA-graph captured: the gated twin of the
+    uncaptured benchmark above, whose events also span host work (``repro.bench_gate.host_synced``)."""
+    from kernels.ops._pivot_triton import COUNTS_LEN, MAX_TENSORS, hist16_launch, select16
+
+    ws = _weights(shapes)
+    n = sum(w.numel() for w in ws)
+    k = round(DENSITY * n)
+    counts = torch.zeros(COUNTS_LEN, dtype=torch.int64, device=DEVICE)
+    state = torch.zeros(2, dtype=torch.float32, device=DEVICE)
+    flats = [w.reshape(-1).view(torch.int16) for w in ws]
+    groups = [flats[i : i + MAX_TENSORS] for i in range(0, len(flats), MAX_TENSORS)]
+
+    def fn() -> torch.Tensor:
+        for p in (1, 2):
+            for g in groups:
+                kernel, grid, args, warps = hist16_launch(g, counts, k, p)
+                kernel[grid](*args, num_warps=warps)
+        select16(counts, state, k, ws[0].dtype, clear=True)  # leaves the bins zeroed for the next call
+        return state
+
+    want = pivot_and_tie_16bit_reference(ws, DENSITY)
+    same = lambda st: (float(st[0]), float(st[1])) == (want[0], float(torch.tensor(want[1], dtype=torch.float32)))  # noqa: E731
+    assert same(fn()), f"device pivot {fn().tolist()} != reference {want}"
+    nbytes = 2 * sum(w.numel() * w.element_size() for w in ws)  # two passes, each reads every weight
+    run_benchmark(benchmark, fn, nbytes=nbytes, copy_gbps=copy_gbps, recheck=same)
+
+
 @pytest.mark.parametrize("case", paper_params(FIND_CASES))
 def test_find_pivot(benchmark, case):
     r, c, method = case
