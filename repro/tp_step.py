@@ -448,15 +448,31 @@ def gather_check_masks(trainer: TPTrainer, density: float = 0.5) -> list[str]:
     pivot, tie = masker.pivot()
     masks = masker.masks(pivot, tie)
     pivot, tie = float(pivot), float(tie)
-    mine = ([p.cpu() for p in masker.pieces], [m.cpu() for m in masks], pivot, tie)
     group = masker.group
-    if group is None:
-        got = [mine]
+    if group is None:  # one process: the pieces and masks stay where they are
+        got = [(masker.pieces, masks, pivot, tie)]
     else:
+        mine = ([p.cpu() for p in masker.pieces], [m.cpu() for m in masks], pivot, tie)
         got = [None] * masker.world if masker.rank == 0 else None
         dist.gather_object(mine, got, dst=dist.get_global_rank(group, 0), group=group)
     if masker.rank != 0:
         return []
+    device = masker.pieces[0].device
+    try:  # the reference on this rank's GPU (on the CPU it took minutes per method at 460M)
+        return _check_gathered(trainer, got, density, device)
+    except torch.cuda.OutOfMemoryError:
+        if device.type != "cuda":
+            raise
+        torch.cuda.empty_cache()  # all pieces of a large model do not fit beside it: the CPU then
+        cpu = torch.device("cpu")
+        got = [([p.to(cpu) for p in ps], [m.to(cpu) for m in ms], p_, t_) for ps, ms, p_, t_ in got]
+        return _check_gathered(trainer, got, density, cpu)
+
+
+def _check_gathered(trainer: TPTrainer, got: list, density: float, device: torch.device) -> list[str]:
+    """``gather_check_masks``'s comparison on ``device``: (pieces, masks, pivot, tie) per rank."""
+    masker = trainer.masker
+    got = [([p.to(device) for p in ps], [m.to(device) for m in ms], p_, t_) for ps, ms, p_, t_ in got]
     pieces = [g[0] for g in got]
     want, ref_pivot, ref_tie = reference_masks(pieces, masker.method, masker.pattern, density)
     bad = []
@@ -466,7 +482,7 @@ def gather_check_masks(trainer: TPTrainer, density: float = 0.5) -> list[str]:
             float(torch.tensor(ref_tie, dtype=torch.float32)),
         ):
             bad.append(f"rank {r}: pivot/tie ({p}, {t}) != exact ({ref_pivot}, {ref_tie})")
-        exact = not (masker.compiled or (masker.method == "fast" and masks[0].is_cuda))
+        exact = not (masker.compiled or (masker.method == "fast" and masker.pieces[0].is_cuda))
         for i, (m, ref, w) in enumerate(zip(ms, want[r], pieces[r], strict=True)):
             if not _agree(m, ref, w, masker.pattern, exact):
                 name = list(trainer.linears)[i]
