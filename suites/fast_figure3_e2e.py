@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 from functools import partial
 from pathlib import Path
 
@@ -180,14 +181,18 @@ def _run(ctx: RunContext, device: torch.device, world: int) -> None:
                 compile_ = device.type == "cuda" and pattern not in ("TBS(8)",)  # figure3: TBS(8) eager
                 trainer = TPTrainer(model, mesh, method, pattern, every, density=DENSITY, compile_baselines=compile_)
                 what = f"{label} {method} {pattern}"
+                t0 = time.perf_counter()
                 if (method, pattern) not in checked:
                     bad = gather_check_masks(trainer, DENSITY)
                     ctx.check(_all_ok(not bad, device), f"{what}: {'; '.join(bad) or 'failed on another rank'}")
                     checked.add((method, pattern))
                     if method != "dense":
                         ctx.results.add(method, label, dtype, "mask_check", 1.0, "pass", verified=True, variant=pattern)
+                t_check = time.perf_counter() - t0
                 for _ in range(warmup):
                     trainer.step(tokens)
+                t_warm = time.perf_counter() - t0 - t_check
+                ctx.log(f"  {what} every {every}: mask check {t_check:.1f} s, warm-up (compile) {t_warm:.1f} s")
                 trainer.reset_times()
                 losses = [trainer.step(tokens) for _ in range(steps)]
                 parts = trainer.times_ms()
