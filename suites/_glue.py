@@ -350,6 +350,20 @@ def method_table(df: pd.DataFrame, methods: dict[str, str | None], paper: pd.Dat
     return pd.DataFrame(rows)
 
 
+def method_table_with_glue_score(
+    df: pd.DataFrame, methods: dict[str, str | None], paper: pd.DataFrame
+) -> pd.DataFrame:
+    """``method_table`` plus, on each method's ``score`` row, the paper's GLUE score over all its
+    tasks (``paper_glue_all_tasks``; NaN on the per-task rows and where the paper has none)."""
+    t = method_table(df, methods, paper)
+    full = paper[paper["metric"] == "glue_score"].set_index("method")["value"]
+    t["paper_glue_all_tasks"] = [
+        full.get(methods[m] or "", np.nan) if task == "score" else np.nan
+        for m, task in zip(t["method"], t["task"], strict=True)
+    ]
+    return t
+
+
 def gap_text(df: pd.DataFrame, a: str, b: str, label: str, **claim: float) -> tuple[str, str]:
     """("fst-dense +0.3 [-1.2, +1.8]", claim state) for the paired three-task score gap a - b."""
     g, lo, hi = paired_gap(df, a, b)

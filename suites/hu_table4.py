@@ -75,14 +75,7 @@ def _paper() -> pd.DataFrame:
 def compare(df: pd.DataFrame) -> pd.DataFrame:
     """Per recipe and task: the paper's GLUE value (its method, standard splits) beside our k-fold
     value (not a GLUE score) with its fold interval, each minus its dense row (ours paired by fold)."""
-    t = G.method_table(df, PAPER_METHOD, _paper())
-    p = _paper()
-    full = p[p["metric"] == "glue_score"].set_index("method")["value"]
-    t["paper_glue_all_tasks"] = [
-        full.get(PAPER_METHOD[m] or "", np.nan) if task == "score" else np.nan
-        for m, task in zip(t["method"], t["task"], strict=True)
-    ]
-    return t
+    return G.method_table_with_glue_score(df, PAPER_METHOD, _paper())
 
 
 def summary(df: pd.DataFrame) -> str:
