@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from kernels.ops.transposable import transposable_mask
+from kernels.ops.transposable import is_transposable_24, transposable_mask
 from repro.checks import rel_err
 from repro.models.gpt2 import CONFIGS, GPT2Config, build_gpt2
 from repro.paper import load_paper
@@ -79,7 +79,8 @@ CHECKS = (
     "sparse layers' weight gradients vs the twin's on one sequence: mean of 32 calls within 0.35 "
     "for fst (MVUE), one call within 3e-2 for weight24 and srste",
     "timed step: its own loss (poisoned, recomputed by the replay) finite and not above the first",
-    "mask refresh: the refreshed masks equal the exhaustive transposable masks of the weights",
+    "mask refresh: the refreshed masks equal the exhaustive transposable masks of the weights (where "
+    "they differ, transposable and within 4e-7 of the optimal kept sum of |w| per tile: the float32 search's bound)",
 )
 
 # the paper's batch, and the largest batch whose step fits on an 80 GB H100 for every mode the way
@@ -213,6 +214,31 @@ def _profile_step(ctx: RunContext, call: Callable[[], object], shape: str, mode:
     return cats
 
 
+# a transposable mask from the float32 search keeps at least this fraction of the tile's optimal
+# sum of |w| (kernels.ops.transposable, module docstring)
+_MASK_SUM_TOL = 4e-7
+
+
+def masks_match(got: torch.Tensor, want: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether the refreshed mask ``got`` is the exhaustive transposable mask ``want`` of ``w``
+    (computed with ``check_finite=True``: tiles where float32 rounding could drop an entry are
+    rescored in float64): equal, or transposable with every tile where they differ keeping at
+    least (1 - 4e-7) of ``want``'s sum of |w| there. The layers refresh with ``checks=False``
+    (``check_finite=False``: no rescoring, no host sync), so on such a tile (a nonzero |w| <=
+    2**-18 x the tile's max beside a float32 tie) they may keep the other of two patterns whose
+    sums differ by less than float32 resolves; the kernel's documented bound, not a wrong mask."""
+    if torch.equal(got, want):
+        return True
+    if got.shape != want.shape or not is_transposable_24(got):
+        return False
+    r, c = w.shape
+
+    def tile_sums(m: torch.Tensor) -> torch.Tensor:
+        return (w.detach().abs().double() * m).reshape(r // 4, 4, c // 4, 4).sum((1, 3))
+
+    return bool((tile_sums(got) >= (1 - _MASK_SUM_TOL) * tile_sums(want)).all())
+
+
 def _refresh_time(ctx: RunContext, model: torch.nn.Module) -> float:
     """Milliseconds of one mask refresh of every sparse FFN linear (done every mask_interval steps)."""
     layers = [m for m in sparse_layers(model) if m.mode != "srste"]
@@ -225,7 +251,9 @@ def _refresh_time(ctx: RunContext, model: torch.nn.Module) -> float:
             m.refresh_mask()
         return [m.mask for m in layers]
 
-    same = lambda got: all(torch.equal(a, b) for a, b in zip(got, want, strict=True))  # noqa: E731
+    def same(got: list[torch.Tensor]) -> bool:
+        return all(masks_match(a, b, m.weight) for a, b, m in zip(got, want, layers, strict=True))
+
     t = ctx.time_checked(refresh, same, "mask refresh", graph=False)
     return t.ms
 

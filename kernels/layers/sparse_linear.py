@@ -743,14 +743,15 @@ class SparseLinear(nn.Linear):
         with _no_autocast(dev):
             return _SparseLinearFn.apply(x, self.weight, self.bias, mask, self.mvue_seed, plan, pair, handoff)
 
-
     def _forward_compiled(self, x: torch.Tensor) -> torch.Tensor:
         """The forward as ``torch.compile`` traces it: the same math through the custom ops of
         :mod:`kernels.ops.compile_ops` (no graph break inside the layer). No value scans
         (``checks`` applies to eager calls only), no warning about a dense fallback (``backend``
-        still says which one runs), a row-major output, no packed pair kept across steps and no
-        hand-off of the weight-gradient operand (the compiled step packs it itself; the
-        activations do not look for one when compiled)."""
+        still says which one runs), a row-major output and no hand-off of the weight-gradient
+        operand (the compiled step packs it itself; the activations do not look for one when
+        compiled). fst/weight24 on cuSPARSELt keep the eager layer's packed pair across steps
+        (:meth:`_compiled_pair`): values rewritten in place each forward, metadata only when the
+        mask changes."""
         if self.is_dense:
             return F.linear(x, self.weight, self.bias)
         dev = x.device.type
@@ -768,28 +769,83 @@ class SparseLinear(nn.Linear):
         cslt = reason is None
         w = self.weight.detach()
         draws = self.mvue_seed is not None and self.mvue and torch.is_grad_enabled() and self.weight.requires_grad
+        packed = packed_t = pruned = None
         with torch.no_grad():
             if self.mode == "srste":
                 mask = compile_ops.nm24_mask(w)
                 if self._flip_ref is not None:
                     self._mask.copy_(mask)
             else:
-                if self._mask_stale:  # as refresh_mask(); kept pairs are dropped (packed afresh when eager)
+                if self._mask_stale:  # as refresh_mask(), pairs repacked in place included
                     self._mask.copy_(compile_ops.transposable_mask(w))
                     if self._flip_ref is not None:
                         self._flip_ref.copy_(self._mask)
                     self._have_prev = False
-                    self._pairs, self._pruned = {}, {}
+                    self._repack_pairs_compiled(w)
                 mask = self._mask
+                if cslt and _pair_layout_ok(x.device, x.dtype):
+                    packed, packed_t, pruned = self._compiled_pair(w, x.dtype)
             self._mask_stale = False
             if draws:  # the backward draws with this value; the buffer advances as eagerly
                 seed = compile_ops.take_seed(self.mvue_seed)
             else:
                 seed = self.mvue_seed if self.mvue_seed is not None else _NO_SEED.to(x.device)
         y = compile_ops.linear(
-            x.reshape(-1, self.in_features), self.weight, self.bias, mask, seed, self.mode, self.decay, self.mvue, cslt
+            x.reshape(-1, self.in_features),
+            self.weight,
+            self.bias,
+            mask,
+            seed,
+            self.mode,
+            self.decay,
+            self.mvue,
+            cslt,
+            packed,
+            packed_t,
+            pruned,
         )
         return y.view(*x.shape[:-1], self.out_features)
+
+    def _repack_pairs_compiled(self, w: torch.Tensor) -> None:
+        """:meth:`_repack_pairs` as the compiled forward traces it (the mask changed inside the
+        graph): every kept pair on this device repacked in place, values and metadata."""
+        dev = str(w.device)
+        for key, pair in self._pairs.items():
+            if key[0] == dev:
+                compile_ops.repack_pair(w, self._mask, pair[0], pair[1], None, False)
+
+    def _compiled_pair(
+        self, w: torch.Tensor, dt: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """:meth:`_packed_pair` for the compiled forward: this step's packed (W*M, (W*M)^T) in
+        ``dt`` and the pruned entries (None where the backward decays from W), in the layer's
+        persistent buffers (``_pairs``, ``_pruned``, shared with the eager path). Only the values
+        are rewritten (``repack_pair``, in place); the metadata were written when the pair was
+        made or last repacked after a mask change (``_repack_pairs``, eagerly, or the compiled
+        forward's own refresh of a stale mask). A pair made here is a new tensor stored on the
+        layer: the next call traces again once, with the pair as an input."""
+        key = (str(w.device), dt)
+        r, c = w.shape
+        pair = self._pairs.get(key)
+        if pair is None:
+            (pr, pc), (tr, tc) = compile_ops.pair_shapes(r, c)
+            pair = (w.new_zeros(pr, pc, dtype=dt), w.new_zeros(tr, tc, dtype=dt))
+            compile_ops.repack_pair(w, self._mask, pair[0], pair[1], None, False)
+            self._pairs[key] = pair
+        pruned = self._pruned.get(key)
+        if pruned is None and self.decay and w.dtype == torch.float32 and r % 64 == 0 and c % 64 == 0:
+            pruned = w.new_empty(r, c // 2, dtype=dt)
+            self._pruned[key] = pruned
+        compile_ops.repack_pair(w, self._mask, pair[0], pair[1], pruned, True)
+        return pair[0], pair[1], pruned
+
+
+@torch.compiler.assume_constant_result
+def _pair_layout_ok(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether our packer writes cuSPARSELt's layout here (``layout_matches``): then the compiled
+    forward keeps a persistent pair (its buffer shapes are our packer's); a constant to the
+    compiler, taken when it traces."""
+    return bool(_sparse_gemm.layout_matches(device, dtype))
 
 
 _NO_SEED = torch.zeros(1, dtype=torch.int64)

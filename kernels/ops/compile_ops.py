@@ -10,18 +10,21 @@ differentiable ones (``linear``, ``gated``) register their backward with
 ``torch.library.register_autograd``. Inside an op the same kernels run as in eager mode
 (Triton and cuSPARSELt where they apply, the plain-PyTorch fallback elsewhere).
 
-The compiled path is functional: the MVUE seed is read from a snapshot the forward took (the
-layer advances its own seed buffer in the forward), and the backward packs (W*M)^T afresh
-instead of reading a pair kept across steps. Eager mode keeps its own, faster-to-launch path
-(custom-op dispatch costs host time, and the eager fst step is host-bound:
-docs/methods.md).
+The MVUE seed is read from a snapshot the forward took (the layer advances its own seed buffer
+in the forward). fst/weight24 on cuSPARSELt with our packer keep the eager layer's persistent
+packed pair (W*M, (W*M)^T) and pruned entries: ``repack_pair`` rewrites those buffers in place
+(values only on a step without a mask change, values and metadata after one), and ``linear``
+takes them as inputs (the forward reads W*M, the backward (W*M)^T and, for the masked decay, the
+pruned entries) instead of packing. Elsewhere ``linear`` packs per call. Eager mode keeps its
+own, faster-to-launch path (custom-op dispatch costs host time, and the eager fst step is
+host-bound: docs/methods.md).
 """
 
 import torch
 import torch.nn.functional as F
 
 from kernels.ops.common import no_autocast, use_triton
-from kernels.ops.cslt_pack import gated_act, gated_backward_reference
+from kernels.ops.cslt_pack import cslt_decay_cast_pruned, gated_act, gated_backward_reference, packed_alloc
 from kernels.ops.masked_decay import masked_decay_cast_nocheck
 from kernels.ops.mvue import mvue24_nocheck
 from kernels.ops.nm_mask import stable_nm
@@ -31,6 +34,7 @@ from kernels.ops.sparse_gemm import (
     pack_mvue_t_operand,
     pack_operand,
     pack_pair_operands,
+    refresh_pair_operands,
 )
 from kernels.ops.transposable import transposable_mask as _transposable_mask_entry
 
@@ -87,6 +91,46 @@ def _(seed: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
+# the persistent packed pair of a transposable layer
+# ---------------------------------------------------------------------------------------------
+
+
+def pair_shapes(r: int, c: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Shapes of the packed W*M [r, c] and (W*M)^T [c, r] buffers (what our packer and
+    ``torch._cslt_compress`` return where the layouts match)."""
+    return (r, packed_alloc(r, c) // r), (c, packed_alloc(c, r) // c)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::repack_pair", mutates_args=("packed", "packed_t", "pruned"))
+def repack_pair(
+    w: torch.Tensor,
+    mask: torch.Tensor,
+    packed: torch.Tensor,
+    packed_t: torch.Tensor,
+    pruned: torch.Tensor | None,
+    values_only: bool,
+) -> None:
+    """Bring the packed pair (``packed`` = pack(W*M), ``packed_t`` = pack((W*M)^T), from our
+    packer) up to date with ``w``, in place (:func:`kernels.ops.sparse_gemm.refresh_pair_operands`):
+    ``values_only=True`` rewrites only the kept values (the pair holds ``mask`` already) and, where
+    ``pruned`` is given, the pruned entries; ``False`` repacks values and metadata (``pruned`` is
+    left alone; the next values-only refresh writes it). The buffers keep their storage, so a
+    CUDA graph that holds them sees the update."""
+    with torch.no_grad():
+        w = w.detach()
+        got = refresh_pair_operands(
+            w, mask, (packed, packed_t), values_only=values_only, pruned=pruned if values_only else None
+        )
+        if got[0] is not packed or got[1] is not packed_t:  # torch's layout changed size: cannot be in place
+            raise RuntimeError("repack_pair: the packed pair could not be refreshed in place")
+
+
+@repack_pair.register_fake
+def _(w, mask, packed, packed_t, pruned, values_only) -> None:
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
 # SparseLinear: Y = X (W*M)^T + b and its backward
 # ---------------------------------------------------------------------------------------------
 
@@ -102,24 +146,32 @@ def linear(
     decay: float,
     mvue: bool,
     cslt: bool,
+    packed: torch.Tensor | None = None,
+    packed_t: torch.Tensor | None = None,
+    pruned: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Y [T, out] = X (W*M)^T + b in X's dtype (the master weight is cast here), row-major.
 
     ``seed`` (int64, one element) is the MVUE seed snapshot the backward draws with; ``mode``,
     ``decay``, ``mvue`` say what the backward does; ``cslt``: the 2:4 GEMMs run on cuSPARSELt
     (the caller checked that it accepts every problem), else as dense matmuls of the pruned
-    operand."""
+    operand. ``packed``, ``packed_t`` (cslt, fst/weight24): this step's packed W*M and (W*M)^T
+    (the layer's persistent pair, refreshed by :func:`repack_pair`), read instead of packing
+    the weight here and in the backward; ``pruned``: the pruned entries that refresh wrote, from
+    which the backward decays (as the eager layer does), else it decays from W and M."""
     dt = x2d.dtype
     with no_autocast(x2d.device.type):
         w = weight.detach()
         if cslt:
-            return cslt_mm_packed(pack_operand(w, mask, dt), tuple(w.shape), x2d.t(), transpose_result=True, bias=bias)
+            if packed is None:
+                packed = pack_operand(w, mask, dt)
+            return cslt_mm_packed(packed, tuple(w.shape), x2d.t(), transpose_result=True, bias=bias)
         wm = torch.where(mask, w.to(dt), 0.0)
         return torch.addmm(bias.to(dt), x2d, wm.t()) if bias is not None else x2d @ wm.t()
 
 
 @linear.register_fake
-def _(x2d, weight, bias, mask, seed, mode, decay, mvue, cslt):
+def _(x2d, weight, bias, mask, seed, mode, decay, mvue, cslt, packed=None, packed_t=None, pruned=None):
     return x2d.new_empty(x2d.shape[0], weight.shape[0])
 
 
@@ -154,10 +206,16 @@ def linear_backward(
     cslt: bool,
     need_dx: bool,
     need_dw: bool,
+    packed: torch.Tensor | None = None,
+    packed_t: torch.Tensor | None = None,
+    pruned: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dX [T, in] in X's dtype, dW in the weight's dtype with the masked decay added); an empty
     tensor stands for a gradient not asked for. fst: dX = dY (W*M) on the 2:4 (W*M)^T and
-    dW = MVUE(dY^T) X; weight24: dX sparse, dW dense; srste: both dense (straight-through)."""
+    dW = MVUE(dY^T) X; weight24: dX sparse, dW dense; srste: both dense (straight-through).
+    ``packed_t``: the forward's packed (W*M)^T (else packed here); ``pruned`` with ``packed``: the
+    masked decay and the cast read the pruned entries and the metadata (eager's
+    ``cslt_decay_cast_pruned``) instead of W and M."""
     dt = x2d.dtype
     out_f, in_f = weight.shape
     with no_autocast(x2d.device.type):
@@ -166,37 +224,45 @@ def linear_backward(
         dx = dw = dy.new_empty(0)
         if need_dx:
             if cslt and mode in TRANSPOSABLE_MODES:  # (W*M)^T [in, out] is 2:4 along out
-                packed_t = pack_pair_operands(w, mask, dt)[1]
+                if packed_t is None:
+                    packed_t = pack_pair_operands(w, mask, dt)[1]
                 dx = cslt_mm_packed(packed_t, (in_f, out_f), dy.t(), transpose_result=True)
             else:
                 dx = dy @ torch.where(mask, w.to(dt), 0.0)
         if need_dw:
             dw = _fst_weight_grad(dy, x2d, seed, cslt) if mode == "fst" and mvue else dy.t() @ x2d
             # cast to the master dtype (and decay, in the same pass)
-            dw = masked_decay_cast_nocheck(dw, w, mask, decay) if decay else dw.to(weight.dtype).contiguous()
+            if decay and pruned is not None and packed is not None and dw.is_contiguous():
+                dw = cslt_decay_cast_pruned(dw, pruned, packed, decay)  # from the pruned entries
+            elif decay:
+                dw = masked_decay_cast_nocheck(dw, w, mask, decay)
+            else:
+                dw = dw.to(weight.dtype).contiguous()
     return dx, dw
 
 
 @linear_backward.register_fake
-def _(dy, x2d, weight, mask, seed, mode, decay, mvue, cslt, need_dx, need_dw):
+def _(dy, x2d, weight, mask, seed, mode, decay, mvue, cslt, need_dx, need_dw, packed=None, packed_t=None, pruned=None):
     dx = x2d.new_empty(x2d.shape) if need_dx else x2d.new_empty(0)
     dw = weight.new_empty(weight.shape) if need_dw else x2d.new_empty(0)
     return dx, dw
 
 
 def _linear_setup_context(ctx, inputs, output) -> None:
-    x2d, weight, bias, mask, seed, mode, decay, mvue, cslt = inputs
-    ctx.save_for_backward(x2d, weight, mask, seed)
+    x2d, weight, bias, mask, seed, mode, decay, mvue, cslt, packed, packed_t, pruned = inputs
+    # the persistent buffers are saved as they are now: nothing rewrites them before the backward
+    # (the next values refresh runs in the next forward, the next repack after the optimizer step)
+    ctx.save_for_backward(x2d, weight, mask, seed, packed, packed_t, pruned)
     ctx.args = (mode, decay, mvue, cslt)
     ctx.bias_dtype = None if bias is None else bias.dtype
 
 
 def _linear_backward(ctx, dy):
-    x2d, weight, mask, seed = ctx.saved_tensors
+    x2d, weight, mask, seed, packed, packed_t, pruned = ctx.saved_tensors
     need_dx, need_dw, need_db = ctx.needs_input_grad[:3]
-    dx, dw = linear_backward(dy, x2d, weight, mask, seed, *ctx.args, need_dx, need_dw)
+    dx, dw = linear_backward(dy, x2d, weight, mask, seed, *ctx.args, need_dx, need_dw, packed, packed_t, pruned)
     db = dy.sum(0, dtype=torch.float32).to(ctx.bias_dtype) if need_db and ctx.bias_dtype is not None else None
-    return (dx if need_dx else None), (dw if need_dw else None), db, None, None, None, None, None, None
+    return (dx if need_dx else None), (dw if need_dw else None), db, *([None] * 9)
 
 
 linear.register_autograd(_linear_backward, setup_context=_linear_setup_context)
@@ -262,6 +328,8 @@ __all__ = [
     "linear",
     "linear_backward",
     "nm24_mask",
+    "pair_shapes",
+    "repack_pair",
     "take_seed",
     "transposable_mask",
 ]

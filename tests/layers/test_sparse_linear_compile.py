@@ -64,6 +64,34 @@ def test_custom_op_passes_opcheck(name):
     torch.library.opcheck(op, args)
 
 
+def test_pair_ops_pass_opcheck(emulated_cusparselt, monkeypatch):
+    """``repack_pair`` (in place, both refreshes, with and without pruned entries) and ``linear`` /
+    ``linear_backward`` reading the packed pair, on the emulated cuSPARSELt path."""
+    import kernels.layers.sparse_linear as sl_mod
+
+    monkeypatch.setattr(co, "cslt_mm_packed", sl_mod.cslt_mm_packed)
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(64, 128, generator=g)
+    mask = co.transposable_mask(w)
+    (pr, pc), (tr, tc) = co.pair_shapes(64, 128)
+    packed, packed_t = (torch.zeros(pr, pc, dtype=torch.bfloat16), torch.zeros(tr, tc, dtype=torch.bfloat16))
+    co.repack_pair(w, mask, packed, packed_t, None, False)
+    pruned = torch.empty(64, 64, dtype=torch.bfloat16)
+    w2 = w + 0.01 * torch.randn(64, 128, generator=g)
+    for args in ((w2, mask, packed.clone(), packed_t.clone(), pruned, True), (w2, mask, packed, packed_t, None, False)):
+        torch.library.opcheck(co.repack_pair, args)
+    co.repack_pair(w2, mask, packed, packed_t, pruned, True)
+    x = torch.randn(64, 128, generator=g).to(torch.bfloat16).requires_grad_()
+    weight = w2.clone().requires_grad_()
+    bias = torch.randn(64, generator=g, requires_grad=True)
+    seed = torch.tensor([3], dtype=torch.int64)
+    dy = torch.randn(64, 64, generator=g).to(torch.bfloat16)
+    for mode, pr_ in (("fst", pruned), ("weight24", None)):
+        torch.library.opcheck(co.linear, (x, weight, bias, mask, seed, mode, 1e-2, True, True, packed, packed_t, pr_))
+        args = (dy, x.detach(), weight.detach(), mask, seed, mode, 1e-2, True, True, True, True)
+        torch.library.opcheck(co.linear_backward, (*args, packed, packed_t, pr_))
+
+
 def _layer_pair(mode: str, bias: bool = True, dtype=torch.float32):
     torch.manual_seed(7)
     layer = SparseLinear(64, 32, bias=bias, mode=mode, checks=False, seed=11, dtype=dtype, decay=1e-2)
@@ -222,3 +250,123 @@ def test_gpu_compiled_layer_equals_eager_under_autocast(mode):
         torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
     if mode == "fst":
         assert torch.equal(eager.mvue_seed, compiled_layer.mvue_seed)
+
+
+def _count_pair_refreshes(monkeypatch):
+    """Counts of the pair refreshes, (values-only, values and metadata), in the compiled ops and
+    in the eager layer (after_optimizer_step's repack)."""
+    import kernels.layers.sparse_linear as sl_mod
+
+    counts = {"values": 0, "metadata": 0}
+    real = co.refresh_pair_operands
+
+    def counting(w, mask, pair, *, values_only, pruned=None):
+        counts["values" if values_only else "metadata"] += 1
+        return real(w, mask, pair, values_only=values_only, pruned=pruned)
+
+    monkeypatch.setattr(co, "refresh_pair_operands", counting)
+    monkeypatch.setattr(sl_mod, "refresh_pair_operands", counting)
+    for name in ("pack_operand", "pack_pair_operands"):  # the compiled path no longer packs per call
+        monkeypatch.setattr(co, name, lambda *a, **k: pytest.fail("the compiled layer packed the weight per call"))
+    return counts
+
+
+@pytest.mark.parametrize(
+    "mode,autocast,inductor",
+    [("fst", False, False), ("fst", True, False), ("weight24", True, False), ("fst", True, True)],
+    ids=["fst-bf16", "fst-amp", "weight24-amp", "fst-amp-inductor"],
+)
+def test_compiled_cslt_path_keeps_the_packed_pair(emulated_cusparselt, monkeypatch, mode, autocast, inductor):
+    """The compiled layer keeps the eager layer's packed pair across steps: on a step without a
+    mask change it rewrites only the values (no metadata repack, same buffers), after a mask
+    refresh (after_optimizer_step, eager) the pair's metadata are repacked in place; outputs and
+    gradients equal the eager layer's bit for bit (both decay from the pruned entries where the
+    master is float32 under autocast), and the layer is traced twice only (the call that makes
+    the pair, the call that reads it)."""
+    import kernels.layers.sparse_linear as sl_mod
+
+    monkeypatch.setattr(co, "cslt_mm_packed", sl_mod.cslt_mm_packed)
+    torch.manual_seed(3)
+    dtype = torch.float32 if autocast else torch.bfloat16
+    eager = SparseLinear(64, 128, mode=mode, checks=False, seed=5, dtype=dtype, decay=1e-2, mask_interval=2)
+    twin = copy.deepcopy(eager)
+    traced = []
+
+    def backend(gm, example_inputs):  # aot_eager or Inductor, counting the graphs traced
+        traced.append(gm)
+        if inductor:  # Inductor must write the refreshed values into the layer's own buffers
+            from torch._inductor.compile_fx import compile_fx
+
+            return compile_fx(gm, example_inputs)
+        return torch._dynamo.backends.debugging.aot_eager(gm, example_inputs)
+
+    compiled = torch.compile(twin, backend=backend, fullgraph=True)
+    counts = _count_pair_refreshes(monkeypatch)
+    g = torch.Generator().manual_seed(4)
+    ptrs = None
+    for step in range(1, 6):
+        x = torch.randn(64, 64, generator=g).to(dtype)
+        dy = torch.randn(64, 128, generator=g).to(torch.bfloat16)
+        before = dict(counts)
+        outs = []
+        for layer in (eager, compiled):
+            layer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                outs.append(_fwd_bwd(layer, x, dy))
+        for a, b in zip(*outs, strict=True):
+            assert torch.equal(a, b)
+        key = ("cpu", torch.bfloat16)
+        assert set(twin._pairs) == {key} and (key in twin._pruned) == autocast
+        now = tuple(t.data_ptr() for t in twin._pairs[key])
+        assert ptrs is None or now == ptrs  # the same buffers, refreshed in place
+        ptrs = now
+        # eager and compiled each refreshed the values once (eager's first call packs with
+        # pack_pair_operands, not counted, and refreshes the values only to write the pruned
+        # entries); only the first compiled call packed the metadata, when it made the pair
+        assert counts["values"] - before["values"] == (2 if step > 1 else 1 + autocast)
+        assert counts["metadata"] - before["metadata"] == (1 if step == 1 else 0)
+        assert torch.equal(eager._pairs[key][0], twin._pairs[key][0])
+        assert torch.equal(eager._pairs[key][1], twin._pairs[key][1])
+        with torch.no_grad():
+            for layer in (eager, twin):  # an optimizer step that moves the mask
+                layer.weight.mul_(torch.linspace(2.0, 0.5, 64) if step % 2 else torch.linspace(0.5, 2.0, 64))
+        before, old_mask = dict(counts), twin._mask.clone()
+        for layer in (eager, twin):
+            layer.after_optimizer_step(step, 100)
+        refreshed = step % 2 == 0
+        assert refreshed == (not torch.equal(old_mask, twin._mask))  # the refresh steps move the mask
+        assert counts["metadata"] - before["metadata"] == (2 if refreshed else 0)
+        assert torch.equal(eager.mask, twin.mask)
+    if mode == "fst":
+        assert torch.equal(eager.mvue_seed, twin.mvue_seed)
+    assert len(traced) == 2
+
+
+def test_compiled_forward_repacks_a_stale_mask_in_place(emulated_cusparselt, monkeypatch):
+    """A mask made stale outside the graph (reset_parameters, as after new weights) is recomputed
+    by the compiled forward, which then repacks the kept pair's metadata in place: same result
+    as the eager layer."""
+    import kernels.layers.sparse_linear as sl_mod
+
+    monkeypatch.setattr(co, "cslt_mm_packed", sl_mod.cslt_mm_packed)
+    torch.manual_seed(5)
+    eager = SparseLinear(64, 64, mode="fst", checks=False, seed=5, dtype=torch.bfloat16, decay=1e-2)
+    twin = copy.deepcopy(eager)
+    compiled = torch.compile(twin, backend="aot_eager", fullgraph=True)
+    x = torch.randn(64, 64).to(torch.bfloat16)
+    dy = torch.randn(64, 64).to(torch.bfloat16)
+    _fwd_bwd(eager, x, dy), _fwd_bwd(compiled, x, dy)
+    counts = _count_pair_refreshes(monkeypatch)
+    ptrs = tuple(t.data_ptr() for t in twin._pairs[("cpu", torch.bfloat16)])
+    with torch.no_grad():
+        for layer in (eager, twin):
+            layer.weight.mul_(torch.linspace(0.1, 2.0, 64))
+            layer._mask_stale = True
+    for layer in (eager, twin):
+        layer.zero_grad()
+    want, got = _fwd_bwd(eager, x, dy), _fwd_bwd(compiled, x, dy)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(eager.mask, twin.mask)
+    assert counts["metadata"] == 2  # eager refresh_mask's repack, the compiled forward's own
+    assert tuple(t.data_ptr() for t in twin._pairs[("cpu", torch.bfloat16)]) == ptrs

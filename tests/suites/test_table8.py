@@ -205,3 +205,32 @@ def test_ceiling_layers_of_one_shape_share_their_fixed_gradient_operand(monkeypa
     del a, b, c, oa, ob, oc
     gc.collect()
     assert len(_GRAD_OPERANDS) == 0
+
+
+def test_refresh_check_accepts_the_float32_search_on_a_tile_it_may_decide_either_way():
+    """table8's mask-refresh check failed once (GPT-2 774M compiled). The layers refresh with
+    ``checks=False`` (``check_finite=False``), the check's reference with ``check_finite=True``,
+    which rescores in float64 the tiles holding a nonzero |w| <= 2**-18 x their max: on such a tile
+    beside a float32 tie the two keep different, equally good (to float32) patterns. The check
+    accepts that, and still refuses a wrong mask."""
+    import torch
+
+    from kernels import SparseLinear
+    from kernels.ops.transposable import transposable_mask
+    from suites.table8 import masks_match
+
+    layer = SparseLinear(8, 4, mode="fst", checks=False, track_flip=False)
+    with torch.no_grad():
+        layer.weight.zero_()
+        layer.weight[3, 3] = 1.0
+        layer.weight[0, 0] = 1e-9  # tiny beside 1.0; the float32 scores tie
+        layer.weight[:, 4:] = torch.tensor([[4.0, 3.0, 2.0, 1.0]]) * torch.arange(1, 5)[:, None]
+    want = transposable_mask(layer.weight.detach(), method="exhaustive")
+    layer.refresh_mask()
+    got = layer.mask
+    assert not torch.equal(got, want)  # the refresh and the reference disagree on the first tile
+    assert masks_match(got, want, layer.weight)
+    assert not masks_match(~got, want, layer.weight)  # the complement: transposable, keeps far less
+    worse = got.clone()
+    worse[:, 4:] = worse[:, 4:].flip(1)  # a transposable pattern that keeps less of the second tile
+    assert not masks_match(worse, want, layer.weight)
