@@ -1,7 +1,11 @@
 """FAST Fig. 3, end to end: a tensor-parallel training step of a Llama model with flex-SS masks
 regenerated on each rank's shard, FAST vs the PyTorch implementation and the Vegeta-based method
 (and SR-STE 2:4, and dense), the step split into forward+backward, mask generation, pivot search
-(with its communication) and optimizer (``repro.tp_step``).
+(with its communication) and optimizer (``repro.tp_step``). FAST's pivot is the device radix
+select with all-reduced digit histograms (``kernels.ops.pivot_radix``; no weights gathered, no
+host round trip); the paper's host-driven gaussian search made FAST's step slower than the
+baselines' (pivot 200-1240 ms per regeneration, campaign 324330c) and stays available as
+``TPTrainer(fast_pivot="gaussian")`` (its communication: suite pivot_comm).
 
 Runs in one process (world 1) or under ``torchrun`` (world = the launch's, TP over all ranks):
 ``torchrun --nproc-per-node N -m repro run fast_figure3_e2e --profile full`` (rank 0 writes the

@@ -208,3 +208,28 @@ def test_compiled_baseline_masks_allow_a_graph_per_piece_shape():
     masks = masker.masks(*masker.pivot())
     assert len(masks) == 2 and seen and min(seen) >= 1024
     assert torch._dynamo.config.recompile_limit < 1024  # raised only inside the call
+
+
+def test_fast_pivot_radix_and_gaussian_agree_with_the_exact_select():
+    """FAST's two pivot searches (the device radix select, the default; the paper's gaussian search)
+    give the exact pivot and tie share of the pieces; an unknown search is refused."""
+    from kernels.ops.flex import tie_share
+    from kernels.ops.patterns import parse_pattern
+    from kernels.ops.pivot import find_pivot
+    from repro.tp_step import ShardMasker
+
+    g = torch.Generator().manual_seed(5)
+    weights = [torch.randn(64, 128, generator=g), (torch.randn(128, 64, generator=g) * 8).round()]  # ties
+    for search in ("radix", "gaussian"):
+        want = find_pivot(weights, 0.5, method="exact")
+        want_tie = float(torch.tensor(tie_share(weights, want, 0.5), dtype=torch.float32))
+        masker = ShardMasker(weights, "fast", parse_pattern("TBS(4)"), 0.5, None, fast_pivot=search)
+        assert (masker._radix is not None) == (search == "radix")
+        pivot, tie = masker.pivot()
+        assert (pivot, float(torch.tensor(tie, dtype=torch.float32))) == (want, want_tie), search
+        weights[0][0, 0] = float("nan")
+        with pytest.raises(ValueError, match="NaN or Inf"):
+            masker.pivot()
+        weights[0][0, 0] = 0.0
+    with pytest.raises(ValueError, match="fast_pivot"):
+        ShardMasker(weights, "fast", parse_pattern("TBS(4)"), 0.5, None, fast_pivot="topk")
