@@ -85,3 +85,27 @@ def test_find_pivot(benchmark, case):
 
     # no GB/s: the methods' traffic (float32 |w| temporaries, compactions) is not one read
     assert run_benchmark(benchmark, fn, graph=False) == pivot  # returns a host float: not capturable
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("shapes", paper_params(CASES[:1]))
+def test_radix_pivot(benchmark, shapes, dtype, copy_gbps):
+    """``RadixPivot.pivot()`` in one process (FAST's pivot in ``repro.tp_step``: four histogram
+    passes and the device select, no host sync), CUDA-graph captured, on one MAP-NEO 460M block's
+    weights in float32 (the end-to-end step's master weights) and bf16."""
+    from kernels.ops.flex import tie_share
+    from kernels.ops.pivot_radix import RadixPivot
+
+    ws = [w.to(dtype) for w in _weights(shapes)]
+    r = RadixPivot(ws, DENSITY)
+    want = find_pivot(ws, DENSITY, method="exact")
+    want = (want, float(torch.tensor(tie_share(ws, want, DENSITY), dtype=torch.float32)))
+    same = lambda st: (float(st[0]), float(st[1])) == want  # noqa: E731
+
+    def fn() -> torch.Tensor:
+        r.pivot()
+        return r.state
+
+    assert same(fn()), f"radix pivot {fn().tolist()} != exact {want}"
+    nbytes = 4 * sum(w.numel() * w.element_size() for w in ws)  # four passes, each reads every weight
+    run_benchmark(benchmark, fn, nbytes=nbytes, copy_gbps=copy_gbps, recheck=same)
