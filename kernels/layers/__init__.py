@@ -11,7 +11,7 @@ not this package's re-exports); the names below are for users.
 """
 
 from kernels.layers.gemm24 import Gemm24Only
-from kernels.layers.sparse_activation import fst_gated, fst_gelu
+from kernels.layers.sparse_activation import fst_act, fst_gated, fst_gelu
 from kernels.layers.sparse_linear import MODES, GradHandoff, SparseLinear
 
-__all__ = ["MODES", "Gemm24Only", "GradHandoff", "SparseLinear", "fst_gated", "fst_gelu"]
+__all__ = ["MODES", "Gemm24Only", "GradHandoff", "SparseLinear", "fst_act", "fst_gated", "fst_gelu"]

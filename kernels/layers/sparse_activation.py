@@ -21,7 +21,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 import kernels.ops.compile_ops as compile_ops
-from kernels.layers.sparse_linear import GradHandoff
+from kernels.layers.sparse_linear import GradHandoff, SparseLinear
 from kernels.ops.common import as_layout, empty_in_layout, is_col_major, use_triton
 from kernels.ops.cslt_pack import (
     GATED_KINDS,
@@ -142,3 +142,21 @@ def fst_gated(z: torch.Tensor, producer: nn.Module, kind: str, approximate: str 
 
 
 __all__ = ["GATED_KINDS", "fst_gated", "fst_gelu"]
+
+
+def fst_act(fc: nn.Module, x: torch.Tensor, kind: str, approximate: str = "none") -> torch.Tensor:
+    """``kind`` ("gelu", "geglu", "swiglu") of ``fc(x)``: :func:`fst_gelu` / :func:`fst_gated` after
+    ``fc``, except under ``torch.compile`` with ``fc`` an fst ``SparseLinear`` with MVUE, where the
+    layer and the activation are one custom op (``kernels.ops.compile_ops.linear_act``) whose
+    backward fuses the activation backward with the pack of fc's weight-gradient operand, as the
+    eager hand-off does (compiled, the two layers cannot hand a tensor over between backwards)."""
+    if kind == "gelu":
+        if not isinstance(approximate, str) or approximate not in GELU_APPROXIMATIONS:
+            raise ValueError(f"approximate must be one of {GELU_APPROXIMATIONS}, got {approximate!r}")
+    else:
+        gated_act(kind, approximate)
+    if torch.compiler.is_compiling() and isinstance(fc, SparseLinear) and fc.mode == "fst" and fc.mvue:
+        fc.check_input(x)
+        return fc._forward_compiled(x, act=(kind, approximate))
+    z = fc(x)
+    return fst_gelu(z, fc, approximate) if kind == "gelu" else fst_gated(z, fc, kind, approximate)

@@ -692,13 +692,17 @@ class SparseLinear(nn.Linear):
                 stacklevel=2,
             )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def check_input(self, x: object) -> None:
+        """TypeError unless ``x`` is a tensor, ValueError unless its last dimension is in_features."""
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"input must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() == 0 or x.shape[-1] != self.in_features:
             raise ValueError(
                 f"input has shape {tuple(x.shape)}: its last dimension must be in_features={self.in_features}"
             )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.check_input(x)
         if torch.compiler.is_compiling():
             return self._forward_compiled(x)
         checks = self._checks()
@@ -743,7 +747,7 @@ class SparseLinear(nn.Linear):
         with _no_autocast(dev):
             return _SparseLinearFn.apply(x, self.weight, self.bias, mask, self.mvue_seed, plan, pair, handoff)
 
-    def _forward_compiled(self, x: torch.Tensor) -> torch.Tensor:
+    def _forward_compiled(self, x: torch.Tensor, act: tuple[str, str] | None = None) -> torch.Tensor:
         """The forward as ``torch.compile`` traces it: the same math through the custom ops of
         :mod:`kernels.ops.compile_ops` (no graph break inside the layer). No value scans
         (``checks`` applies to eager calls only), no warning about a dense fallback (``backend``
@@ -751,7 +755,9 @@ class SparseLinear(nn.Linear):
         operand (the compiled step packs it itself; the activations do not look for one when
         compiled). fst/weight24 on cuSPARSELt keep the eager layer's packed pair across steps
         (:meth:`_compiled_pair`): values rewritten in place each forward, metadata only when the
-        mask changes."""
+        mask changes. ``act`` = (kind, approximate): return the activation of the output instead,
+        through ``compile_ops.linear_act`` (fst with MVUE: the activation backward fused with the
+        weight-gradient pack; :func:`kernels.layers.sparse_activation.fst_act`)."""
         if self.is_dense:
             return F.linear(x, self.weight, self.bias)
         dev = x.device.type
@@ -790,21 +796,12 @@ class SparseLinear(nn.Linear):
                 seed = compile_ops.take_seed(self.mvue_seed)
             else:
                 seed = self.mvue_seed if self.mvue_seed is not None else _NO_SEED.to(x.device)
-        y = compile_ops.linear(
-            x.reshape(-1, self.in_features),
-            self.weight,
-            self.bias,
-            mask,
-            seed,
-            self.mode,
-            self.decay,
-            self.mvue,
-            cslt,
-            packed,
-            packed_t,
-            pruned,
-        )
-        return y.view(*x.shape[:-1], self.out_features)
+        args = (x.reshape(-1, self.in_features), self.weight, self.bias, mask, seed, self.mode, self.decay)
+        args = (*args, self.mvue, cslt, packed, packed_t, pruned)
+        if act is not None:
+            a = compile_ops.linear_act(*args, *act)[0]
+            return a.view(*x.shape[:-1], a.shape[-1])
+        return compile_ops.linear(*args).view(*x.shape[:-1], self.out_features)
 
     def _repack_pairs_compiled(self, w: torch.Tensor) -> None:
         """:meth:`_repack_pairs` as the compiled forward traces it (the mask changed inside the

@@ -24,7 +24,15 @@ import torch
 import torch.nn.functional as F
 
 from kernels.ops.common import no_autocast, use_triton
-from kernels.ops.cslt_pack import cslt_decay_cast_pruned, gated_act, gated_backward_reference, packed_alloc
+from kernels.ops.cslt_pack import (
+    cslt_decay_cast_pruned,
+    cslt_gated_backward_mvue_pack_t,
+    cslt_gelu_backward_mvue_pack_t,
+    gated_act,
+    gated_backward_reference,
+    layout_matches,
+    packed_alloc,
+)
 from kernels.ops.masked_decay import masked_decay_cast_nocheck
 from kernels.ops.mvue import mvue24_nocheck
 from kernels.ops.nm_mask import stable_nm
@@ -159,6 +167,10 @@ def linear(
     (the layer's persistent pair, refreshed by :func:`repack_pair`), read instead of packing
     the weight here and in the backward; ``pruned``: the pruned entries that refresh wrote, from
     which the backward decays (as the eager layer does), else it decays from W and M."""
+    return _linear_forward(x2d, weight, bias, mask, cslt, packed)
+
+
+def _linear_forward(x2d, weight, bias, mask, cslt, packed) -> torch.Tensor:
     dt = x2d.dtype
     with no_autocast(x2d.device.type):
         w = weight.detach()
@@ -216,28 +228,41 @@ def linear_backward(
     ``packed_t``: the forward's packed (W*M)^T (else packed here); ``pruned`` with ``packed``: the
     masked decay and the cast read the pruned entries and the metadata (eager's
     ``cslt_decay_cast_pruned``) instead of W and M."""
+    with no_autocast(x2d.device.type):
+        return _linear_grads(
+            dy, x2d, weight, mask, seed, mode, decay, mvue, cslt, need_dx, need_dw, packed, packed_t, pruned
+        )
+
+
+def _linear_grads(
+    dy, x2d, weight, mask, seed, mode, decay, mvue, cslt, need_dx, need_dw, packed, packed_t, pruned, dw_raw=None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`linear_backward`'s body; ``dw_raw``: the weight gradient before decay and cast, where
+    the caller computed it (:func:`linear_act_backward`'s fused pack), else computed here."""
     dt = x2d.dtype
     out_f, in_f = weight.shape
-    with no_autocast(x2d.device.type):
-        w = weight.detach()
-        dy = dy.to(dt)
-        dx = dw = dy.new_empty(0)
-        if need_dx:
-            if cslt and mode in TRANSPOSABLE_MODES:  # (W*M)^T [in, out] is 2:4 along out
-                if packed_t is None:
-                    packed_t = pack_pair_operands(w, mask, dt)[1]
-                dx = cslt_mm_packed(packed_t, (in_f, out_f), dy.t(), transpose_result=True)
-            else:
-                dx = dy @ torch.where(mask, w.to(dt), 0.0)
-        if need_dw:
+    w = weight.detach()
+    dy = dy.to(dt)
+    dx = dw = dy.new_empty(0)
+    if need_dx:
+        if cslt and mode in TRANSPOSABLE_MODES:  # (W*M)^T [in, out] is 2:4 along out
+            if packed_t is None:
+                packed_t = pack_pair_operands(w, mask, dt)[1]
+            dx = cslt_mm_packed(packed_t, (in_f, out_f), dy.t(), transpose_result=True)
+        else:
+            dx = dy @ torch.where(mask, w.to(dt), 0.0)
+    if need_dw:
+        if dw_raw is not None:
+            dw = dw_raw
+        else:
             dw = _fst_weight_grad(dy, x2d, seed, cslt) if mode == "fst" and mvue else dy.t() @ x2d
-            # cast to the master dtype (and decay, in the same pass)
-            if decay and pruned is not None and packed is not None and dw.is_contiguous():
-                dw = cslt_decay_cast_pruned(dw, pruned, packed, decay)  # from the pruned entries
-            elif decay:
-                dw = masked_decay_cast_nocheck(dw, w, mask, decay)
-            else:
-                dw = dw.to(weight.dtype).contiguous()
+        # cast to the master dtype (and decay, in the same pass)
+        if decay and pruned is not None and packed is not None and dw.is_contiguous():
+            dw = cslt_decay_cast_pruned(dw, pruned, packed, decay)  # from the pruned entries
+        elif decay:
+            dw = masked_decay_cast_nocheck(dw, w, mask, decay)
+        else:
+            dw = dw.to(weight.dtype).contiguous()
     return dx, dw
 
 
@@ -266,6 +291,161 @@ def _linear_backward(ctx, dy):
 
 
 linear.register_autograd(_linear_backward, setup_context=_linear_setup_context)
+
+
+# ---------------------------------------------------------------------------------------------
+# an fst layer and the activation after it: the activation backward fused with the MVUE pack
+# ---------------------------------------------------------------------------------------------
+
+
+def _act_forward(z: torch.Tensor, act: str, approximate: str) -> torch.Tensor:
+    if act == "gelu":
+        return F.gelu(z, approximate=approximate)
+    from kernels.ops.geglu import geglu, swiglu
+
+    z = z.contiguous()
+    return geglu(z, approximate, check_finite=False) if act == "geglu" else swiglu(z, check_finite=False)
+
+
+def _act_backward(z: torch.Tensor, g: torch.Tensor, act: str, approximate: str) -> torch.Tensor:
+    if act == "gelu":
+        return torch.ops.aten.gelu_backward(g, z, approximate=approximate)
+    return gated_backward(z, g, act, approximate)
+
+
+def act_pack_fuses(z: torch.Tensor, act: str) -> bool:
+    """Whether the activation backward and the pack of MVUE(dz^T) run as one kernel on ``z``
+    [T, n] (row-major, the fst layer's output): Triton runs, 16-bit, our packing layout holds on
+    the device, T % 64 == 0 and n % 32 (GELU) or n / 2 % 64 (gated) == 0, as eager's hand-off."""
+    t, n = z.shape
+    width_ok = n % 32 == 0 if act == "gelu" else n % 128 == 0
+    return (
+        use_triton(z)
+        and z.dtype in (torch.float16, torch.bfloat16)
+        and t % 64 == 0
+        and width_ok
+        and layout_matches(z.device, z.dtype)
+    )
+
+
+@torch.library.custom_op(f"{NAMESPACE}::linear_act", mutates_args=())
+def linear_act(
+    x2d: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    mask: torch.Tensor,
+    seed: torch.Tensor,
+    mode: str,
+    decay: float,
+    mvue: bool,
+    cslt: bool,
+    packed: torch.Tensor | None,
+    packed_t: torch.Tensor | None,
+    pruned: torch.Tensor | None,
+    act: str,
+    approximate: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(act(Z), Z) with Z = :func:`linear` of the same arguments and ``act`` "gelu", "geglu" or
+    "swiglu" (gated: on Z = [gate, up]). Why one op: the compiled fst FFN then runs the
+    activation backward fused with the pack of fc's weight-gradient operand MVUE(dZ^T)
+    (:func:`linear_act_backward`), as the eager layers' hand-off does, instead of writing dZ and
+    reading it back to pack (H100, GPT-2 774M N=23: 19.9 ms activation + 9.7 ms MVUE pack compiled
+    against 18.9 ms fused eager). Z is returned for the backward only (not differentiable)."""
+    z = _linear_forward(x2d, weight, bias, mask, cslt, packed)
+    with no_autocast(x2d.device.type), torch.no_grad():
+        return _act_forward(z, act, approximate).contiguous(), z
+
+
+@linear_act.register_fake
+def _(x2d, weight, bias, mask, seed, mode, decay, mvue, cslt, packed, packed_t, pruned, act, approximate):
+    n = weight.shape[0]
+    z = x2d.new_empty(x2d.shape[0], n)
+    return x2d.new_empty(x2d.shape[0], n if act == "gelu" else n // 2), z
+
+
+@torch.library.custom_op(f"{NAMESPACE}::linear_act_backward", mutates_args=())
+def linear_act_backward(
+    g: torch.Tensor,
+    z: torch.Tensor,
+    x2d: torch.Tensor,
+    weight: torch.Tensor,
+    mask: torch.Tensor,
+    seed: torch.Tensor,
+    mode: str,
+    decay: float,
+    mvue: bool,
+    cslt: bool,
+    act: str,
+    approximate: str,
+    need_dx: bool,
+    need_dw: bool,
+    need_db: bool,
+    packed: torch.Tensor | None = None,
+    packed_t: torch.Tensor | None = None,
+    pruned: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dX, dW, db float32) of :func:`linear_act` for the activation's output gradient ``g``
+    (empty where not asked for). fst with MVUE on cuSPARSELt where :func:`act_pack_fuses`: dZ and
+    the packed MVUE(dZ^T) in one kernel (``cslt_gelu_backward_mvue_pack_t`` /
+    ``cslt_gated_backward_mvue_pack_t``, the same uniforms as the unfused pack from the same
+    seed), dW from that operand; else the activation backward, then :func:`linear_backward`'s."""
+    dt = x2d.dtype
+    with no_autocast(x2d.device.type):
+        z = z.contiguous()
+        g = g.to(z.dtype).contiguous()
+        dw_raw = None
+        if need_dw and cslt and mode == "fst" and mvue and act_pack_fuses(z, act):
+            s = seed.clone()  # functional: the layer's own seed buffer advanced in the forward
+            if act == "gelu":
+                dz, operand = cslt_gelu_backward_mvue_pack_t(z, g, s, approximate)
+            else:
+                dz, operand = cslt_gated_backward_mvue_pack_t(z, g, s, act, approximate)
+            dw_raw = cslt_mm_packed(operand, (weight.shape[0], z.shape[0]), x2d, transpose_result=False)
+        else:
+            dz = _act_backward(z, g, act, approximate).to(dt)
+        dx, dw = _linear_grads(
+            dz, x2d, weight, mask, seed, mode, decay, mvue, cslt, need_dx, need_dw, packed, packed_t, pruned, dw_raw
+        )
+        db = dz.sum(0, dtype=torch.float32) if need_db else dz.new_empty(0, dtype=torch.float32)
+    return dx, dw, db
+
+
+@linear_act_backward.register_fake
+def _(g, z, x2d, weight, mask, seed, mode, decay, mvue, cslt, act, approximate, need_dx, need_dw, need_db, *rest):
+    dx = x2d.new_empty(x2d.shape) if need_dx else x2d.new_empty(0)
+    dw = weight.new_empty(weight.shape) if need_dw else x2d.new_empty(0)
+    db = x2d.new_empty(weight.shape[0], dtype=torch.float32) if need_db else x2d.new_empty(0, dtype=torch.float32)
+    return dx, dw, db
+
+
+def _linear_act_setup_context(ctx, inputs, output) -> None:
+    x2d, weight, bias, mask, seed, mode, decay, mvue, cslt, packed, packed_t, pruned, act, approximate = inputs
+    z = output[1]
+    ctx.mark_non_differentiable(z)
+    ctx.set_materialize_grads(False)  # no zeros for Z's (absent) gradient
+    ctx.save_for_backward(x2d, weight, mask, seed, packed, packed_t, pruned, z)
+    ctx.args = (mode, decay, mvue, cslt, act, approximate)
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _linear_act_backward(ctx, g, _gz):
+    x2d, weight, mask, seed, packed, packed_t, pruned, z = ctx.saved_tensors
+    need_dx, need_dw, need_db = ctx.needs_input_grad[:3]
+    need_db = need_db and ctx.bias_dtype is not None
+    if g is None:  # act(Z) took no part in the loss
+        return (None,) * 14
+    dx, dw, db = linear_act_backward(
+        g, z, x2d, weight, mask, seed, *ctx.args, need_dx, need_dw, need_db, packed, packed_t, pruned
+    )
+    return (
+        dx if need_dx else None,
+        dw if need_dw else None,
+        db.to(ctx.bias_dtype) if need_db else None,
+        *([None] * 11),
+    )
+
+
+linear_act.register_autograd(_linear_act_backward, setup_context=_linear_act_setup_context)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,7 +505,10 @@ __all__ = [
     "NAMESPACE",
     "gated",
     "gated_backward",
+    "act_pack_fuses",
     "linear",
+    "linear_act",
+    "linear_act_backward",
     "linear_backward",
     "nm24_mask",
     "pair_shapes",

@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.layers.sparse_activation import fst_gated, fst_gelu
+from kernels.layers.sparse_activation import fst_act
 from repro.models._layout import prefer_col_major_output
 
 __all__ = [
@@ -276,12 +276,9 @@ class GPT2MLP(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = self.fc(x)
-        # F.gelu / kernels.ops.geglu, whose backward also packs fc's weight-gradient operand when fc is fst
-        if self.kind == "gelu":
-            a = fst_gelu(z, self.fc, self.approximate)
-        else:
-            a = fst_gated(z, self.fc, self.kind, self.approximate)
+        # F.gelu / kernels.ops.geglu after fc, whose backward also packs fc's weight-gradient operand
+        # when fc is fst (eager: a hand-off between the layers; compiled: one custom op)
+        a = fst_act(self.fc, x, self.kind, self.approximate)
         return self.drop(self.proj(a))
 
 

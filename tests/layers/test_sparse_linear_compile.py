@@ -53,6 +53,15 @@ def _op_cases():
             co.linear_backward,
             (dy, x.detach(), weight.detach(), mask, seed, "fst", 1e-3, True, False, True, True),
         ),
+        "linear_act_gelu": (
+            co.linear_act,
+            (x, weight, bias, mask, seed, "fst", 1e-3, True, False, None, None, None, "gelu", "tanh"),
+        ),
+        "linear_act_backward_gelu": (
+            co.linear_act_backward,
+            (dy, torch.randn(16, 32, generator=g), x.detach(), weight.detach(), mask, seed, "fst", 1e-3, True, False)
+            + ("gelu", "tanh", True, True, True),
+        ),
         "gated_geglu": (co.gated, (z, "geglu", "tanh")),
         "gated_backward_swiglu": (co.gated_backward, (z.detach(), torch.randn(4, 32, generator=g), "swiglu", "none")),
     }
@@ -370,3 +379,70 @@ def test_compiled_forward_repacks_a_stale_mask_in_place(emulated_cusparselt, mon
     assert torch.equal(eager.mask, twin.mask)
     assert counts["metadata"] == 2  # eager refresh_mask's repack, the compiled forward's own
     assert tuple(t.data_ptr() for t in twin._pairs[("cpu", torch.bfloat16)]) == ptrs
+
+
+@pytest.mark.parametrize("kind", ["gelu", "geglu"])
+def test_compiled_fst_act_fuses_the_pack_like_the_eager_hand_off(emulated_cusparselt, monkeypatch, kind):
+    """fc (fst, MVUE, emulated cuSPARSELt, bf16) then the activation: compiled, ``fst_act`` runs
+    fc and the activation as ``linear_act``, whose backward computes dZ and the packed MVUE(dZ^T)
+    in one kernel (called once here) and dW from it; dX, dW, db and the seed equal the eager
+    layers' (whose hand-off fuses the same way)."""
+    import kernels.layers.sparse_activation as sa_mod
+    import kernels.layers.sparse_linear as sl_mod
+    from kernels.layers.sparse_activation import fst_act
+
+    monkeypatch.setattr(co, "cslt_mm_packed", sl_mod.cslt_mm_packed)
+    monkeypatch.setattr(co, "layout_matches", lambda device, dtype: True)
+    monkeypatch.setattr(sa_mod, "layout_matches", lambda device, dtype: True)
+    name = "cslt_gelu_backward_mvue_pack_t" if kind == "gelu" else "cslt_gated_backward_mvue_pack_t"
+    calls = []
+    real = getattr(co, name)
+    monkeypatch.setattr(co, name, lambda *a, **k: calls.append(1) or real(*a, **k))
+    torch.manual_seed(3)
+    eager = SparseLinear(64, 256, mode="fst", checks=False, seed=5, dtype=torch.bfloat16, decay=1e-2)
+    twin = copy.deepcopy(eager)
+    compiled = torch.compile(lambda x: fst_act(twin, x, kind, "tanh"), backend="aot_eager", fullgraph=True)
+    x = torch.randn(64, 64).to(torch.bfloat16)
+    g = torch.randn(64, 256 if kind == "gelu" else 128).to(torch.bfloat16)
+    got, want = [], []
+    for fn, layer, out in ((compiled, twin, got), (lambda x: fst_act(eager, x, kind, "tanh"), eager, want)):
+        xi = x.clone().requires_grad_()
+        a = fn(xi)
+        a.backward(g)
+        out += [a.detach().float(), xi.grad.float(), layer.weight.grad.float(), layer.bias.grad.float()]
+    assert calls == [1], "the compiled backward did not run the fused activation backward + pack"
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)
+    assert torch.equal(eager.mvue_seed, twin.mvue_seed)
+
+
+@_gpu
+@pytest.mark.parametrize("kind", ["gelu", "geglu"])
+def test_gpu_compiled_fst_act_equals_eager_under_autocast(monkeypatch, kind):
+    """cuSPARSELt, fp32 master under bf16 autocast, Inductor: ``fst_act`` compiled (one
+    ``linear_act`` op, the fused activation backward + pack, called once) gives the eager hand-off's
+    activation, dX, dW and db within bf16 rounding, with the same MVUE draws."""
+    from kernels.layers.sparse_activation import fst_act
+
+    name = "cslt_gelu_backward_mvue_pack_t" if kind == "gelu" else "cslt_gated_backward_mvue_pack_t"
+    calls = []
+    real = getattr(co, name)
+    monkeypatch.setattr(co, name, lambda *a, **k: calls.append(1) or real(*a, **k))
+    torch.manual_seed(23)
+    eager = SparseLinear(512, 1024, mode="fst", decay=1e-2, checks=False, device="cuda")
+    twin = copy.deepcopy(eager)
+    compiled = torch.compile(lambda x: fst_act(twin, x, kind, "tanh"), fullgraph=True)
+    x = torch.randn(4, 128, 512, device="cuda")
+    g = torch.randn(4, 128, 1024 if kind == "gelu" else 512, device="cuda", dtype=torch.bfloat16)
+    got, want = [], []
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        for fn, layer, out in ((compiled, twin, got), (lambda x: fst_act(eager, x, kind, "tanh"), eager, want)):
+            xi = x.clone().requires_grad_()
+            a = fn(xi)
+            a.backward(g)
+            out += [a.detach().float(), xi.grad.float(), layer.weight.grad.float(), layer.bias.grad.float()]
+    assert calls == [1] and twin.backend == "cusparselt"
+    for a, b in zip(got, want, strict=True):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+    assert torch.equal(eager.mvue_seed, twin.mvue_seed)
