@@ -102,7 +102,7 @@ SEQ = 1024
 LOSS_TOL = 2e-2
 CHECK_SEQS = 4  # sequences of the batch on which each model's loss is checked against its twin
 # runs whose step is also profiled kernel by kernel (first round)
-PROFILED = ("dense", "fst", "dense_compiled", "fst_compiled")
+PROFILED = ("dense", "fst", "dense_compiled", "fst_compiled", f"{FST_ALL}_compiled")  # fst_all: its 1.10x target
 
 
 def _config(name: str, profile: str) -> GPT2Config:
