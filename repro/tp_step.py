@@ -21,13 +21,13 @@ Layout (the same code at world 1 and N; world from ``torchrun``):
   ``torch`` / ``vegeta`` (the strong PyTorch baselines of ``kernels.ops.flex_torch``; the pivot
   as a PyTorch user finds it over a process group: all-gather every rank's |w| and take the top-k
   with the tie share, ``kernels.ops.flex_torch.pivot_and_tie``), and ``fast`` (the pivot without
-  gathering any weights: by default ``kernels.ops.pivot_radix.RadixPivot``, an exact four-pass
-  radix select on the device whose 2 KiB digit histograms are all-reduced over the group, one
-  host read of the result; ``fast_pivot="gaussian"``: the paper's distribution-aware search,
+  gathering any weights: by default the paper's distribution-aware search,
   ``kernels.ops.pivot.find_pivot_stats(method="gaussian")``, whose rounds are decided on the host
   (200-1240 ms per regeneration at 460M and 7B-cut world 1 on an H100, campaign 324330c), then one
-  all-reduce of the two tie counts; then ``kernels.ops.flex.flex_mask``: the fused Triton kernel
-  on a GPU, the reference elsewhere). The pivot group is every rank holding a
+  all-reduce of the two tie counts; ``fast_pivot="radix"``: ``kernels.ops.pivot_radix.RadixPivot``,
+  an exact four-pass radix select on the device whose 2 KiB digit histograms are all-reduced over
+  the group, one host read of the result; then ``kernels.ops.flex.flex_mask``: the fused Triton
+  kernel on a GPU, the reference elsewhere). The pivot group is every rank holding a
   distinct piece of the weights: the TP group, or the whole world when FSDP also shards (dp > 1).
 - Masks are kept exactly as ``repro.masked_training.MaskedTrainer`` keeps them: applied
   (``w *= m`` on the local piece) when made, and again after every optimizer step. Regenerated
@@ -85,9 +85,9 @@ __all__ = [
 ]
 
 MASK_METHODS = ("dense", "srste", "torch", "vegeta", "fast")
-FAST_PIVOTS = ("radix", "gaussian")
-"""How ``fast`` finds its pivot over the group (``ShardMasker``): the device radix select, or the
-paper's distribution-aware search with host-decided rounds."""
+FAST_PIVOTS = ("gaussian", "radix")
+"""How ``fast`` finds its pivot over the group (``ShardMasker``): the paper's distribution-aware
+search (host-decided rounds; the default), or the device radix select."""
 PARTS = ("fwd_bwd", "mask", "pivot", "optimizer")
 SRSTE = NM(2, 4)
 SEED = 1234
@@ -194,7 +194,7 @@ class ShardMasker:
         group: dist.ProcessGroup | None,
         *,
         compile: bool = False,
-        fast_pivot: str = "radix",
+        fast_pivot: str = "gaussian",
     ) -> None:
         if method not in MASK_METHODS or method == "dense":
             raise ValueError(f"method must be one of {MASK_METHODS[1:]}, got {method!r}")
@@ -302,7 +302,7 @@ class TPTrainer:
         lr: float = 1e-4,
         autocast: bool | None = None,
         compile_baselines: bool = False,
-        fast_pivot: str = "radix",
+        fast_pivot: str = "gaussian",
     ) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"every (mask refresh interval) must be an int >= 1, got {every!r}")
