@@ -56,6 +56,7 @@ _OPTIONS = {
 }
 _INF_BITS = 0x7F800000  # float32 +inf; every finite |w| has smaller bits
 _CHUNK = {"cpu": 1 << 22, "cuda": 1 << 26}  # elements per temporary (float32 |w|, bucket indices)
+_JOINED_DEVICES = {"cuda"}  # where _Values joins small tensors into one chunk (tests add "cpu")
 _TORCH_SELECT_MAX = 1 << 27  # above this, the local select is a histogram select (bounded memory)
 _MAX_ROUNDS = 256  # safety net; the gaussian search needs far fewer (see the module docstring)
 _STD = NormalDist()
@@ -125,18 +126,58 @@ class _Values:
         self.is_abs = is_abs
 
     def chunks(self) -> Iterator[torch.Tensor]:
+        """Chunks of at most ``_CHUNK`` values; on CUDA, small tensors are joined into one chunk
+        (a model's hundreds of weights would otherwise cost every pass hundreds of launches and,
+        in ``compact``, a host sync each)."""
+        group: list[torch.Tensor] = []
+        size = 0
         for t in self.flats:
             step = _CHUNK.get(t.device.type, 1 << 22)
             for i in range(0, t.numel(), step):
                 c = t[i : i + step]
-                # abs before the cast: exact in fp16/bf16, and the narrow pass is cheaper
-                yield c if self.is_abs else c.abs().float()
+                if c.device.type not in _JOINED_DEVICES:
+                    yield self._mags(c)
+                    continue
+                if group and size + c.numel() > step:
+                    yield self._joined(group)
+                    group, size = [], 0
+                group.append(c)
+                size += c.numel()
+        if group:
+            yield self._joined(group)
+
+    def _mags(self, c: torch.Tensor) -> torch.Tensor:
+        # abs before the cast: exact in fp16/bf16, and the narrow pass is cheaper
+        return c if self.is_abs else c.abs().float()
+
+    def _joined(self, group: list[torch.Tensor]) -> torch.Tensor:
+        return self._mags(group[0]) if len(group) == 1 else torch.cat([self._mags(c) for c in group])
 
     def compact(self, keep) -> _Values:
         """The values for which ``keep(chunk)`` (a bool mask) holds, as one float32 tensor."""
         parts = [c[keep(c)] for c in self.chunks()]
         dev = self.flats[0].device
         return _Values([torch.cat(parts) if parts else torch.empty(0, device=dev)], is_abs=True)
+
+
+def _bin_counts(idx: torch.Tensor, nbins: int) -> torch.Tensor:
+    """``torch.bincount(idx, minlength=nbins)`` (int64) for integer ``0 <= idx < nbins``. On CUDA
+    without bincount's host sync (it reads ``max(idx)`` back: one sync per chunk and round, which
+    serialised the gaussian search over a model's weights, 200-1240 ms per call in campaign
+    324330c): :func:`_histc_counts`."""
+    if not idx.is_cuda or torch.are_deterministic_algorithms_enabled():  # torch flags CUDA histc
+        return torch.bincount(idx, minlength=nbins)
+    return _histc_counts(idx, nbins)
+
+
+def _histc_counts(idx: torch.Tensor, nbins: int) -> torch.Tensor:
+    """The counts of :func:`_bin_counts` by ``torch.histc`` over ``idx + 0.5`` (bin ``i`` is
+    [i, i + 1): the half keeps every value off a bin edge, whatever the rounding of the bin
+    arithmetic), in slices of at most 2**24 values (histc counts in float32, exact up to 2**24)."""
+    out = torch.zeros(nbins, dtype=torch.int64, device=idx.device)
+    for part in idx.reshape(-1).split(1 << 24):
+        out += torch.histc(part.float() + 0.5, bins=nbins, min=0, max=nbins).long()
+    return out
 
 
 def _f32_bits(x: float) -> int:
@@ -216,7 +257,7 @@ def _radix_search(values: _Values, k_of_n, comm: _Comm, bits: int, check_finite:
         need_extra = first and check_finite and shift > 23  # below 8 bits the top digit mixes finite and inf
         for c in values.chunks():
             b = c.view(torch.int32)
-            hist += torch.bincount((b >> shift) & mask, minlength=1 << width)
+            hist += _bin_counts((b >> shift) & mask, 1 << width)
             if need_extra:
                 extra += (b >= _INF_BITS).sum()
         buf = comm.all_reduce(torch.cat([hist, extra]) if need_extra else hist)
@@ -292,7 +333,7 @@ def _count_ge(values: _Values, edges: list[int], comm: _Comm) -> list[int]:
     e = torch.tensor(edges, dtype=torch.int32).view(torch.float32).to(device)
     hist = torch.zeros(len(edges) + 1, dtype=torch.int64, device=device)
     for c in values.chunks():
-        hist += torch.bincount(torch.bucketize(c, e, right=True, out_int32=True), minlength=len(edges) + 1)
+        hist += _bin_counts(torch.bucketize(c, e, right=True, out_int32=True), len(edges) + 1)
     counts = comm.all_reduce(hist[1:].contiguous()).tolist()
     ge, acc = [0] * len(edges), 0
     for j in range(len(edges) - 1, -1, -1):

@@ -126,6 +126,31 @@ def test_chunked_streaming_and_large_select(monkeypatch):
             assert find_pivot(ts, density, method, **opts) == ref, (density, method, opts)
 
 
+def test_cuda_paths_on_the_cpu(monkeypatch):
+    """What CUDA runs, run here: the sync-free histc counts in place of torch.bincount and small
+    tensors joined into one chunk (and, with tiny chunks, split again): still exact."""
+    ts = _data("ties", torch.float32, 11) + _data("normal", torch.bfloat16, 12) + _data("zeros", torch.float16, 13)
+    refs = {d: find_pivot(ts, d) for d in DENSITIES}
+    monkeypatch.setattr(pivot_mod, "_bin_counts", pivot_mod._histc_counts)
+    monkeypatch.setattr(pivot_mod, "_JOINED_DEVICES", {"cpu", "cuda"})
+    for chunk in (1 << 22, 30_000):
+        monkeypatch.setitem(pivot_mod._CHUNK, "cpu", chunk)
+        for density, ref in refs.items():
+            for method, opts in OTHER:
+                assert find_pivot(ts, density, method, **opts) == ref, (chunk, density, method, opts)
+
+
+def test_histc_counts_equal_bincount():
+    g = torch.Generator().manual_seed(3)
+    for n, bins in ((1000, 65), (100_000, 256), (5000, 1 << 16), (7, 3)):
+        idx = torch.randint(0, bins, (n,), generator=g, dtype=torch.int32)
+        idx[0], idx[-1] = 0, bins - 1  # both end bins
+        assert torch.equal(pivot_mod._histc_counts(idx, bins), torch.bincount(idx, minlength=bins)), (n, bins)
+    one_bin = torch.full(((1 << 24) + 5,), 64, dtype=torch.int32)  # beyond float32's exact counts per call
+    counts = pivot_mod._histc_counts(one_bin, 65)
+    assert int(counts[64]) == (1 << 24) + 5 and int(counts.sum()) == (1 << 24) + 5
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_matches_cpu(monkeypatch):
