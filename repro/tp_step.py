@@ -59,7 +59,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from kernels.ops.flex import flex_mask, flex_mask_reference, needs_pivot, tie_share
-from kernels.ops.flex_torch import masks_of_weight, pivot_and_tie, regular_table
+from kernels.ops.flex_torch import masks_of_weight, pivot_and_tie, recompile_limit, regular_table
 from kernels.ops.nm_mask import nm_mask, nm_mask_reference
 from kernels.ops.patterns import NM, TBS, Pattern, parse_pattern
 from kernels.ops.pivot import find_pivot, find_pivot_stats
@@ -272,18 +272,10 @@ class ShardMasker:
                 for w, s in zip(self.pieces, self.seeds, strict=True)
             ]
         # every (piece shape, pattern, method) is its own static graph: more than dynamo's default 8
-        with _more_graphs(1024) if self.compiled else contextlib.nullcontext():
+        with recompile_limit(1024) if self.compiled else contextlib.nullcontext():
             return [
                 self._mask_fn(w, self.pattern, self.method, self.configs, pivot, tie, self.table) for w in self.pieces
             ]
-
-
-def _more_graphs(n: int) -> contextlib.AbstractContextManager:
-    """Raise dynamo's per-function recompile limit (default 8) for the calls inside
-    (``recompile_limit`` in torch >= 2.6, ``cache_size_limit`` before)."""
-    cfg = torch._dynamo.config
-    name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
-    return cfg.patch(**{name: max(n, getattr(cfg, name))})
 
 
 class TPTrainer:

@@ -178,7 +178,7 @@ class TorchFlexMasker:
 
     def __call__(self) -> list[torch.Tensor]:
         # every (shape, pattern, method) is its own static graph: allow as many as a suite needs
-        with _recompile_limit(1024) if self.compiled else contextlib.nullcontext():
+        with recompile_limit(1024) if self.compiled else contextlib.nullcontext():
             if needs_pivot(self.pattern):
                 pivot, tie = self._pivot(self.weights, self.k)
             else:
@@ -188,7 +188,7 @@ class TorchFlexMasker:
             ]
 
 
-def _recompile_limit(n: int) -> contextlib.AbstractContextManager:
+def recompile_limit(n: int) -> contextlib.AbstractContextManager:
     """Raise dynamo's per-function recompile limit for the calls inside (named
     ``recompile_limit`` in torch >= 2.6, ``cache_size_limit`` before)."""
     cfg = torch._dynamo.config
@@ -204,4 +204,5 @@ __all__ = [
     "masks_of_weight",
     "needs_pivot",
     "pivot_and_tie",
+    "recompile_limit",
 ]
