@@ -155,7 +155,8 @@ def fst_act(fc: nn.Module, x: torch.Tensor, kind: str, approximate: str = "none"
             raise ValueError(f"approximate must be one of {GELU_APPROXIMATIONS}, got {approximate!r}")
     else:
         gated_act(kind, approximate)
-    if torch.compiler.is_compiling() and isinstance(fc, SparseLinear) and fc.mode == "fst" and fc.mvue:
+    fusable = isinstance(fc, SparseLinear) and fc.mode == "fst" and fc.mvue and not fc.is_dense
+    if torch.compiler.is_compiling() and fusable:  # (is_dense is guarded: the dense phase recompiles)
         fc.check_input(x)
         return fc._forward_compiled(x, act=(kind, approximate))
     z = fc(x)

@@ -757,8 +757,11 @@ class SparseLinear(nn.Linear):
         (:meth:`_compiled_pair`): values rewritten in place each forward, metadata only when the
         mask changes. ``act`` = (kind, approximate): return the activation of the output instead,
         through ``compile_ops.linear_act`` (fst with MVUE: the activation backward fused with the
-        weight-gradient pack; :func:`kernels.layers.sparse_activation.fst_act`)."""
+        weight-gradient pack; :func:`kernels.layers.sparse_activation.fst_act`, which passes it
+        only for a sparse layer)."""
         if self.is_dense:
+            if act is not None:
+                raise RuntimeError("a dense-phase layer has no fused activation: call the layer, then the activation")
             return F.linear(x, self.weight, self.bias)
         dev = x.device.type
         if _autocast_enabled(dev) and x.is_floating_point():

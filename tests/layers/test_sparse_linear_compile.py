@@ -203,9 +203,9 @@ def _after_step(model, step, total):
 
 @pytest.mark.parametrize("mode", ["fst", "srste"])
 def test_compiled_gpt2_trains_like_eager(mode, plain_torch):
-    """Inductor (C++ on the CPU), ``fullgraph=True``: a 2-layer GPT-2 whose FFN is ``mode``, 4
-    AdamW steps with a mask refresh every step and the dense phase in the last: the losses equal
-    the eager model's."""
+    """Inductor (C++ on the CPU), ``fullgraph=True``: a 2-layer GPT-2 whose FFN is ``mode``, 6
+    AdamW steps with a mask refresh every step and, for fst, the dense phase in the last (its
+    forward runs dense: asserted): the losses equal the eager model's."""
     torch.manual_seed(0)
     cfg = GPT2Config(d_model=64, n_layer=2, n_head=2, vocab_size=128, vocab_multiple=1, seq_len=16, ffn_mode=mode)
     eager = build_gpt2(cfg)
@@ -215,10 +215,11 @@ def test_compiled_gpt2_trains_like_eager(mode, plain_torch):
     twin = copy.deepcopy(eager)
     compiled = torch.compile(twin, fullgraph=True)
     g = torch.Generator().manual_seed(1)
-    steps, losses = 4, []
+    steps, losses, dense_at = 6, [], []
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (eager, twin)]
     for step in range(1, steps + 1):
         idx = torch.randint(0, 128, (4, 16), generator=g)
+        dense_at.append(all(m.is_dense for m in twin.modules() if isinstance(m, SparseLinear)))
         pair = []
         for model, owner, opt in ((eager, eager, opts[0]), (compiled, twin, opts[1])):
             with warnings.catch_warnings():
@@ -231,6 +232,7 @@ def test_compiled_gpt2_trains_like_eager(mode, plain_torch):
             _after_step(owner, step, steps)
             pair.append(loss.item())
         losses.append(pair)
+    assert dense_at == [False] * (steps - 1) + [mode == "fst"], dense_at  # srste has no dense phase
     for a, b in losses:
         assert abs(a - b) <= 1e-4 * max(1.0, abs(a)), losses
 
@@ -446,3 +448,20 @@ def test_gpu_compiled_fst_act_equals_eager_under_autocast(monkeypatch, kind):
         assert torch.isfinite(a).all()
         torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
     assert torch.equal(eager.mvue_seed, twin.mvue_seed)
+
+
+@pytest.mark.parametrize("kind", ["gelu", "swiglu"])
+def test_compiled_fst_act_in_the_dense_phase_and_without_mvue(kind):
+    """Where ``linear_act`` does not apply (the dense phase; fst without MVUE), ``fst_act``
+    compiled is the layer, then the activation: equal to the eager layers."""
+    from kernels.layers.sparse_activation import fst_act
+
+    torch.manual_seed(4)
+    for setup in ("dense_phase", "no_mvue"):
+        torch._dynamo.reset()
+        fc = SparseLinear(64, 128, mode="fst", checks=False, mvue=setup != "no_mvue")
+        if setup == "dense_phase":
+            fc.set_dense(True)
+        x = torch.randn(8, 64)
+        compiled = torch.compile(lambda x, fc=fc: fst_act(fc, x, kind, "tanh"), backend="aot_eager", fullgraph=True)
+        torch.testing.assert_close(compiled(x), fst_act(fc, x, kind, "tanh"), rtol=1e-5, atol=1e-6)
