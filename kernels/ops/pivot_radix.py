@@ -51,6 +51,8 @@ class RadixPivot:
             raise ValueError("tensors is empty: give at least one tensor")
         for i, t in enumerate(ts):
             check_tensor(f"tensors[{i}]", t, dtypes=FLOAT_DTYPES, finite=False)
+        if len({t.dtype for t in ts}) != 1:  # one pointer type per launch (the kernel selects among 8)
+            raise TypeError(f"tensors must share one dtype, got {sorted({str(t.dtype) for t in ts})}")
         if len({t.device for t in ts}) != 1:
             raise ValueError(f"tensors must be on one device, got {sorted({str(t.device) for t in ts})}")
         d = float(density) if isinstance(density, (int, float)) and not isinstance(density, bool) else math.nan

@@ -117,6 +117,7 @@ def test_nonfinite_raises(bad, device):
         (([torch.randn(4)], float("nan")), ValueError),
         (([torch.randn(4)], True), ValueError),
         (([torch.arange(4)], 0.5), TypeError),
+        (([torch.randn(4), torch.randn(4).half()], 0.5), TypeError),
         (([torch.empty(0)], 0.5), ValueError),
     ],
 )
