@@ -350,9 +350,7 @@ def method_table(df: pd.DataFrame, methods: dict[str, str | None], paper: pd.Dat
     return pd.DataFrame(rows)
 
 
-def method_table_with_glue_score(
-    df: pd.DataFrame, methods: dict[str, str | None], paper: pd.DataFrame
-) -> pd.DataFrame:
+def method_table_with_glue_score(df: pd.DataFrame, methods: dict[str, str | None], paper: pd.DataFrame) -> pd.DataFrame:
     """``method_table`` plus, on each method's ``score`` row, the paper's GLUE score over all its
     tasks (``paper_glue_all_tasks``; NaN on the per-task rows and where the paper has none)."""
     t = method_table(df, methods, paper)
