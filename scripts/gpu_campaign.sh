@@ -17,6 +17,16 @@ mkdir -p "$OUT" .persist/queue/inbox
 OUT=$(cd "$OUT" && pwd)
 SNAP=.persist/tree
 if [ "${1:-}" = start ]; then
+    # the job file's "# needs: PATH ..." lines: what its jobs read that a call must carry (checked
+    # here, before any GPU time goes to a job that would fail on a missing file)
+    missing=""
+    for path in $(sed -n 's/^# needs: *//p' "${JOBS:?set JOBS to a job file}"); do
+        [ -e "$path" ] || missing="$missing $path"
+    done
+    if [ -n "$missing" ]; then
+        echo "gpu_campaign: the job file needs$missing: carry them (device tool: carry=[...]) and start again" >&2
+        exit 2
+    fi
     rm -rf "$SNAP" && mkdir -p "$SNAP"
     tar --exclude=./.persist --exclude=./gpu_out -cf - . | tar -xf - -C "$SNAP" || exit 1
 fi
