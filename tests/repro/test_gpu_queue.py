@@ -44,3 +44,36 @@ def test_bad_job_line_fails_before_anything_starts(tmp_path):
         [sys.executable, str(SCRIPT), "start", str(jobs)], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode != 0 and "expected 'name | gpus | command'" in proc.stderr
+
+
+def test_campaign_checks_its_needs_and_runs_jobs_in_a_snapshot(tmp_path):
+    """scripts/gpu_campaign.sh: a job file's "# needs:" paths are checked before anything starts;
+    the jobs run in a snapshot of the tree (.persist/tree), so a later call that replaces the tree's
+    files cannot change what a running job reads; the archive holds what the jobs wrote."""
+    import shutil
+    import tarfile
+
+    root = tmp_path / "tree"
+    (root / "scripts" / "jobs").mkdir(parents=True)
+    for name in ("gpu_queue.py", "gpu_campaign.sh"):
+        shutil.copy(SCRIPT.parent / name, root / "scripts" / name)
+    (root / "scripts/jobs/t.jobs").write_text(
+        "# needs: data/in.txt\na | 1 | sleep 2; mkdir -p .persist/r/a && cp data/in.txt .persist/r/a/seen.txt\n"
+    )
+    env = dict(os.environ, GPU_QUEUE_GPUS="1", REPRO_GIT_COMMIT="abc", JOBS="scripts/jobs/t.jobs", WAIT="0")
+    env["OUT"] = str(tmp_path / "out")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # python3 of this interpreter
+    run = dict(cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    cmd = ["bash", "scripts/gpu_campaign.sh", "start"]
+    missing = subprocess.run(cmd, **run)
+    assert missing.returncode == 2 and "needs data/in.txt" in missing.stderr
+    assert not (root / ".persist/tree").exists()
+    (root / "data").mkdir()
+    (root / "data/in.txt").write_text("first")
+    subprocess.run(cmd, **run)  # returns at once (WAIT=0), the job still sleeping
+    (root / "data/in.txt").write_text("replaced")  # as a later call's fresh copy of the tree would
+    later = subprocess.run(["bash", "scripts/gpu_campaign.sh"], **{**run, "env": {**env, "WAIT": "60"}})
+    assert later.returncode == 0, later.stderr
+    assert (root / ".persist/tree/.persist/r/a/seen.txt").read_text() == "first"
+    with tarfile.open(tmp_path / "out" / "campaign.tar.gz") as tar:
+        assert ".persist/r/a/seen.txt" in tar.getnames()
