@@ -320,15 +320,29 @@ def _time_mode(
 
 
 def _plan(profile: str) -> dict[str, tuple[int, ...]]:
-    """The models and batches of ``profile``; ``REPRO_TABLE8_MODELS`` (comma-separated names)
-    keeps some of them, so a run can be split over calls of a time-limited machine (each part
-    writes its own results folder; merge them after)."""
+    """The models and batches of ``profile``; ``REPRO_TABLE8_MODELS`` (comma-separated names) and
+    ``REPRO_TABLE8_BATCHES`` (comma-separated batch sizes) keep some of them, so a run can be split
+    over calls or GPUs of a time-limited machine (each part writes its own results folder; merge
+    them after). GPT-2 774M alone took 27.5 of a lease's 30 minutes on an H100 (campaign 324330c)."""
     plan = FULL if profile == "full" else SMOKE
     only = [m for m in os.environ.get("REPRO_TABLE8_MODELS", "").split(",") if m]
     unknown = sorted(set(only) - set(plan))
     if unknown:
         raise ValueError(f"REPRO_TABLE8_MODELS names {unknown}; this profile has {sorted(plan)}")
-    return {k: v for k, v in plan.items() if not only or k in only}
+    plan = {k: v for k, v in plan.items() if not only or k in only}
+    text = os.environ.get("REPRO_TABLE8_BATCHES", "")
+    try:
+        batches = {int(b) for b in text.split(",") if b.strip()}
+    except ValueError:
+        raise ValueError(f"REPRO_TABLE8_BATCHES must be comma-separated integers, got {text!r}") from None
+    if not batches:
+        return plan
+    kept = {k: tuple(b for b in v if b in batches) for k, v in plan.items()}
+    kept = {k: v for k, v in kept.items() if v}
+    if not kept:
+        have = sorted({b for v in plan.values() for b in v})
+        raise ValueError(f"REPRO_TABLE8_BATCHES {sorted(batches)} keeps nothing; the models chosen have {have}")
+    return kept
 
 
 def run(ctx: RunContext) -> None:

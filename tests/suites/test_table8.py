@@ -234,3 +234,19 @@ def test_refresh_check_accepts_the_float32_search_on_a_tile_it_may_decide_either
     worse = got.clone()
     worse[:, 4:] = worse[:, 4:].flip(1)  # a transposable pattern that keeps less of the second tile
     assert not masks_match(worse, want, layer.weight)
+
+
+def test_plan_splits_by_model_and_batch(monkeypatch):
+    """REPRO_TABLE8_MODELS and REPRO_TABLE8_BATCHES split a full run into parts (one per GPU or
+    machine start); a filter that keeps nothing, or a malformed one, is an error."""
+    monkeypatch.setenv("REPRO_TABLE8_MODELS", "gpt2-774m")
+    assert table8._plan("full") == {"gpt2-774m": (5, 23)}
+    monkeypatch.setenv("REPRO_TABLE8_BATCHES", "23")
+    assert table8._plan("full") == {"gpt2-774m": (23,)}
+    monkeypatch.delenv("REPRO_TABLE8_MODELS")
+    monkeypatch.setenv("REPRO_TABLE8_BATCHES", "16")
+    assert table8._plan("full") == {"gpt2-124m": (16,), "gpt2-350m": (16,)}
+    for bad in ("7", "16,x"):
+        monkeypatch.setenv("REPRO_TABLE8_BATCHES", bad)
+        with pytest.raises(ValueError, match="REPRO_TABLE8_BATCHES"):
+            table8._plan("full")
