@@ -16,14 +16,13 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.ops._pivot_triton import _BLOCK, tensor_slots  # the same spread over a grid
+
 PASSES = 4
 HIST_LEN = 256 * PASSES
 INFO_LEN = 3  # after the bins, the select kernel writes: non-finite count, #(|w| > pivot), #(|w| == pivot)
 COUNTS_LEN = HIST_LEN + INFO_LEN
 NONFINITE, GT, EQ = HIST_LEN, HIST_LEN + 1, HIST_LEN + 2
-MAX_TENSORS = 8  # tensors per histogram launch
-_BLOCK = 4096
-_MAX_PROGRAMS = 1024
 
 
 @triton.jit
@@ -128,22 +127,11 @@ def _radix_select_kernel(hist_ptr, state_ptr, k, CLEAR: tl.constexpr):
 
 def radix_hist_launch(flats: list[torch.Tensor], counts: torch.Tensor, k: int, pass_: int) -> tuple:
     """(kernel, grid, every argument in signature order, warps) of pass ``pass_`` (1..4) over up to
-    ``MAX_TENSORS`` flat float tensors, read in place."""
-    if not 1 <= len(flats) <= MAX_TENSORS:
-        raise ValueError(f"one launch takes 1..{MAX_TENSORS} tensors, got {len(flats)}")
+    ``MAX_TENSORS`` flat float tensors of one dtype, read in place."""
     if not 1 <= pass_ <= PASSES:
         raise ValueError(f"pass must be 1..{PASSES}, got {pass_}")
-    sizes = [f.numel() for f in flats]
-    blocks = [triton.cdiv(n, _BLOCK) for n in sizes]
-    total = sum(blocks)
-    starts = [sum(blocks[:i]) for i in range(1, len(flats))]
-    pad = MAX_TENSORS - len(flats)
-    ptrs = list(flats) + [flats[0]] * pad
-    sizes += [0] * pad
-    starts += [total + 1] * pad  # past every block: never selected
-    programs = max(1, min(total, _MAX_PROGRAMS))
-    iters = triton.cdiv(total, programs)
-    return _radix_hist_kernel, (programs,), (*ptrs, *sizes, *starts, counts, k, iters, pass_, _BLOCK), 8
+    slots, programs, iters = tensor_slots(flats)
+    return _radix_hist_kernel, (programs,), (*slots, counts, k, iters, pass_, _BLOCK), 8
 
 
 def radix_select_launch(counts: torch.Tensor, state: torch.Tensor, k: int, clear: bool) -> tuple:

@@ -89,22 +89,29 @@ def _hist16_kernel(
 MAX_TENSORS = 8  # tensors per histogram launch
 
 
-def hist16_launch(flats16: list[torch.Tensor], hist: torch.Tensor, k: int, pass_: int) -> tuple:
-    """(kernel, grid, every argument in signature order, warps) of one histogram pass over up to
-    ``MAX_TENSORS`` flat int16 views, read in place."""
-    if not 1 <= len(flats16) <= MAX_TENSORS:
-        raise ValueError(f"one launch takes 1..{MAX_TENSORS} tensors, got {len(flats16)}")
-    sizes = [f.numel() for f in flats16]
+def tensor_slots(flats: list[torch.Tensor]) -> tuple[tuple, int, int]:
+    """The launch arguments that spread up to ``MAX_TENSORS`` flat tensors over one grid of
+    ``_BLOCK``-value blocks (the kernels' x0..x7, n0..n7, s1..s7: unused slots hold no values and
+    start past every block), the number of programs and the blocks each program reads."""
+    if not 1 <= len(flats) <= MAX_TENSORS:
+        raise ValueError(f"one launch takes 1..{MAX_TENSORS} tensors, got {len(flats)}")
+    sizes = [f.numel() for f in flats]
     blocks = [triton.cdiv(n, _BLOCK) for n in sizes]
     total = sum(blocks)
-    starts = [sum(blocks[:i]) for i in range(1, len(flats16))]
-    pad = MAX_TENSORS - len(flats16)
-    ptrs = list(flats16) + [flats16[0]] * pad
+    starts = [sum(blocks[:i]) for i in range(1, len(flats))]
+    pad = MAX_TENSORS - len(flats)
+    ptrs = list(flats) + [flats[0]] * pad
     sizes += [0] * pad
     starts += [total + 1] * pad  # past every block: never selected
     programs = max(1, min(total, _MAX_PROGRAMS))
-    iters = triton.cdiv(total, programs)
-    return _hist16_kernel, (programs,), (*ptrs, *sizes, *starts, hist, k, iters, pass_, _BLOCK), 8
+    return (*ptrs, *sizes, *starts), programs, triton.cdiv(total, programs)
+
+
+def hist16_launch(flats16: list[torch.Tensor], hist: torch.Tensor, k: int, pass_: int) -> tuple:
+    """(kernel, grid, every argument in signature order, warps) of one histogram pass over up to
+    ``MAX_TENSORS`` flat int16 views, read in place."""
+    slots, programs, iters = tensor_slots(flats16)
+    return _hist16_kernel, (programs,), (*slots, hist, k, iters, pass_, _BLOCK), 8
 
 
 def select16_launch(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: torch.dtype, clear: bool) -> tuple:

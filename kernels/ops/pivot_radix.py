@@ -76,7 +76,8 @@ class RadixPivot:
         self._launches = self._build() if self._triton else []
 
     def _build(self) -> list[list[tuple]]:
-        from kernels.ops._pivot_radix_triton import MAX_TENSORS, radix_hist_launch
+        from kernels.ops._pivot_radix_triton import radix_hist_launch
+        from kernels.ops._pivot_triton import MAX_TENSORS
 
         groups = [self.flats[i : i + MAX_TENSORS] for i in range(0, len(self.flats), MAX_TENSORS)]
         return [[radix_hist_launch(g, self.counts, self.k, p) for g in groups] for p in range(1, PASSES + 1)]
@@ -141,11 +142,10 @@ class RadixPivot:
 
     def check(self) -> None:
         """Raise ValueError if the last ``pivot()`` saw NaN or Inf on any rank (a host sync)."""
-        if self.k and int(self.counts[NONFINITE]):
-            raise ValueError("weights contain NaN or Inf; refusing to compute a pivot on non-finite values")
+        self.read()
 
     def read(self) -> tuple[float, float]:
-        """The last (pivot, tie share) as floats, after ``check()`` (one host sync)."""
+        """The last (pivot, tie share) as floats, after the check of ``check()`` (one host sync)."""
         values = torch.cat([self.state.double(), self.counts[NONFINITE:].double()]).tolist()
         if self.k and values[2]:
             raise ValueError("weights contain NaN or Inf; refusing to compute a pivot on non-finite values")
