@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.ops._pivot_triton import _BLOCK, tensor_slots  # the same spread over a grid
+from kernels.ops._pivot_triton import BLOCK, tensor_slots  # the same spread over a grid
 
 PASSES = 4
 HIST_LEN = 256 * PASSES
@@ -131,7 +131,7 @@ def radix_hist_launch(flats: list[torch.Tensor], counts: torch.Tensor, k: int, p
     if not 1 <= pass_ <= PASSES:
         raise ValueError(f"pass must be 1..{PASSES}, got {pass_}")
     slots, programs, iters = tensor_slots(flats)
-    return _radix_hist_kernel, (programs,), (*slots, counts, k, iters, pass_, _BLOCK), 8
+    return _radix_hist_kernel, (programs,), (*slots, counts, k, iters, pass_, BLOCK), 8
 
 
 def radix_select_launch(counts: torch.Tensor, state: torch.Tensor, k: int, clear: bool) -> tuple:

@@ -18,7 +18,7 @@ HIST_LEN = 384  # 256 high-byte bins, then 128 low-bit bins
 INFO_LEN = 3  # after the bins, the select kernel writes: non-finite count, #(|w| > pivot), #(|w| == pivot)
 COUNTS_LEN = HIST_LEN + INFO_LEN
 NONFINITE, GT, EQ = HIST_LEN, HIST_LEN + 1, HIST_LEN + 2
-_BLOCK = 4096
+BLOCK = 4096  # values per block of the histogram kernels
 _MAX_PROGRAMS = 1024
 
 
@@ -91,12 +91,12 @@ MAX_TENSORS = 8  # tensors per histogram launch
 
 def tensor_slots(flats: list[torch.Tensor]) -> tuple[tuple, int, int]:
     """The launch arguments that spread up to ``MAX_TENSORS`` flat tensors over one grid of
-    ``_BLOCK``-value blocks (the kernels' x0..x7, n0..n7, s1..s7: unused slots hold no values and
+    ``BLOCK``-value blocks (the kernels' x0..x7, n0..n7, s1..s7: unused slots hold no values and
     start past every block), the number of programs and the blocks each program reads."""
     if not 1 <= len(flats) <= MAX_TENSORS:
         raise ValueError(f"one launch takes 1..{MAX_TENSORS} tensors, got {len(flats)}")
     sizes = [f.numel() for f in flats]
-    blocks = [triton.cdiv(n, _BLOCK) for n in sizes]
+    blocks = [triton.cdiv(n, BLOCK) for n in sizes]
     total = sum(blocks)
     starts = [sum(blocks[:i]) for i in range(1, len(flats))]
     pad = MAX_TENSORS - len(flats)
@@ -111,7 +111,7 @@ def hist16_launch(flats16: list[torch.Tensor], hist: torch.Tensor, k: int, pass_
     """(kernel, grid, every argument in signature order, warps) of one histogram pass over up to
     ``MAX_TENSORS`` flat int16 views, read in place."""
     slots, programs, iters = tensor_slots(flats16)
-    return _hist16_kernel, (programs,), (*slots, hist, k, iters, pass_, _BLOCK), 8
+    return _hist16_kernel, (programs,), (*slots, hist, k, iters, pass_, BLOCK), 8
 
 
 def select16_launch(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: torch.dtype, clear: bool) -> tuple:
