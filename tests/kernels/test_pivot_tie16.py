@@ -36,8 +36,8 @@ def test_pivot_and_tie_16bit_many_tensors_and_blocks(dtype):
 
     g = torch.Generator().manual_seed(5)
     ts = [(torch.randn(n, generator=g) * 3).round().to(dtype) / 4 for n in (5000, 1, 12289)]
-    old = _pivot_triton._MAX_PROGRAMS, _pivot_triton._BLOCK
-    _pivot_triton._MAX_PROGRAMS, _pivot_triton._BLOCK = 2, 1024
+    old = _pivot_triton._MAX_PROGRAMS, _pivot_triton.BLOCK
+    _pivot_triton._MAX_PROGRAMS, _pivot_triton.BLOCK = 2, 1024
     try:
         for density in (0.3, 0.77):
             piv, tie = pivot_and_tie_16bit(ts, density)
@@ -48,7 +48,7 @@ def test_pivot_and_tie_16bit_many_tensors_and_blocks(dtype):
             counts = _pivot_triton.hist16_counts(ts, 1, max_tensors=1)  # one tensor per launch
             assert int(counts[:256].sum()) == sum(t.numel() for t in ts)
     finally:
-        _pivot_triton._MAX_PROGRAMS, _pivot_triton._BLOCK = old
+        _pivot_triton._MAX_PROGRAMS, _pivot_triton.BLOCK = old
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
