@@ -129,9 +129,22 @@ def pretrained(ctx: RunContext, run_ids: Sequence[str]) -> dict[str, tuple[str, 
         ctx.log(
             f"run {rid} is finished but its checkpoint is not here (not committed): training {twin} for its weights"
         )
+        _drop_weightless_twin(ctx, twin)
         out[rid] = (twin, P.ensure(ctx, [twin])[twin])
         ctx.check((out[rid][1] / "checkpoint.pt").is_file(), f"run {twin} left a checkpoint")
     return out
+
+
+def _drop_weightless_twin(ctx: RunContext, twin: str) -> None:
+    """A twin finished on another machine (its logs committed, its weights not) is of no use here:
+    remove it so that it trains again (its logs are in git; campaign 4c9f848's hu_table7_glue
+    stopped on such a twin)."""
+    import shutil
+
+    d = P.run_path(ctx.results.path().parent, ctx.profile, twin)
+    if d.is_dir() and P.last_step(d) > 0 and not (d / "checkpoint.pt").is_file():
+        ctx.log(f"run {twin} was trained elsewhere (logs, no weights): training it again")
+        shutil.rmtree(d)
 
 
 def load_run_model(run_dir: Path, device: Any) -> Any:

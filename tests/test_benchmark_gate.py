@@ -226,7 +226,8 @@ def test_ab_fails_exactly_the_planted_benchmarks():
     line = next(s for s in text.splitlines() if s.startswith("FAIL") and "ours-32x512x768" in s)
     # which benchmark, baseline vs now device time, the change, the threshold and its noise
     assert "baseline 12.5 us" in line and "now 15.1 us" in line, line
-    assert "> threshold +3.0%" in line and "spread 1.0% over 3 runs" in line, line
+    # 3 x 1% spread is 3%, but 0.5 us of 12.5 us is 4%: the absolute floor sets the limit, and says so
+    assert "> threshold +4.0% (0.5 us floor)" in line and "spread 1.0% over 3 runs" in line, line
     # a slowdown elsewhere breaks the expectation, and it says which
     rep2 = bg.compare(gate, _now({**planted, SYNTH[3][0]: 1.2}))
     ok2, why2 = bg.expectation(rep2, PLANTED)
@@ -238,6 +239,22 @@ def test_noisy_benchmark_needs_more_than_its_noise():
     name = "test_bench_mvue.py::test_mvue[triton-8192x8192-bf16]"
     assert not bg.compare(gate, _now({name: 1.15})).failures  # 15% < 3 x 8% spread
     assert [r.name for r in bg.compare(gate, _now({name: 1.35})).failures] == [name]
+
+
+def test_small_kernels_fail_only_past_the_absolute_floor():
+    """Between processes, an 8 us kernel drifted 7.9 -> 8.2 us (+4%) with no code change (campaign
+    4c9f848): the gate needs ABS_FLOOR_US more per call as well as the relative threshold."""
+    name = "x.py::test_small"
+    runs = [_synthetic_run({name: v}) for v in (0.0079, 0.00791, 0.00789)]
+    gate = bg.make_baseline(runs)
+    assert gate["benchmarks"][name]["threshold"] == pytest.approx(0.03)
+    assert gate["rule"]["abs_floor_us"] == bg.ABS_FLOOR_US
+    assert not bg.compare(gate, _synthetic_run({name: 0.0082})).failures  # +0.3 us
+    rep = bg.compare(gate, _synthetic_run({name: 0.0091}))  # +1.2 us, +15%
+    assert [r.name for r in rep.failures] == [name]
+    # a baseline saved before the floor existed (no abs_floor_us in its rule) gets it too
+    del gate["rule"]["abs_floor_us"]
+    assert not bg.compare(gate, _synthetic_run({name: 0.0082})).failures
 
 
 def test_missing_and_new_benchmarks_are_reported():

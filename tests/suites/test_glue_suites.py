@@ -113,6 +113,12 @@ def test_later_suites_reuse_the_runs_and_retrain_a_missing_checkpoint(smoke):
     df = read_results(root / "cpu" / "hu_table5_glue.csv")
     used = set(G.glue_rows(df)["variant"].str.split(" ").str[0])
     assert used == {"124m-dense-s0", "124m-dense-s1", "124m-fst-s0", "124m-fst-s1-ckpt"}
+    # the twin committed too (logs, no weights: campaign 4c9f848's hu_table7_glue stopped on one):
+    # it trains again rather than failing
+    (runs / "smoke-124m-fst-s1-ckpt" / "checkpoint.pt").unlink()
+    proc = _run("hu_table5_glue", root)
+    assert "run 124m-fst-s1-ckpt was trained elsewhere (logs, no weights): training it again" in proc.stderr
+    assert (runs / "smoke-124m-fst-s1-ckpt" / "checkpoint.pt").is_file()
 
 
 # ---------------------------------------------------------------------------------------------
