@@ -81,6 +81,19 @@ def test_fault_switches_fire_only_where_asked(monkeypatch):
 
 
 @pytest.mark.slow
+def test_world_2_dry_run_writes_the_world_2_rows(tmp_path):
+    """The multi-GPU entry point without faults: ``torchrun --nproc_per_node=2 -m repro run
+    fast_figure3_e2e`` on 2 CPU processes (gloo) finishes and writes rows of world 2 only, once."""
+    rc, out, _ = _run_suite(tmp_path, 300)
+    assert rc == 0, out[-3000:]
+    from repro.results import read_results
+
+    df = read_results(tmp_path / "results" / "cpu" / f"{SUITE}.csv")
+    steps = df[df["metric"] == "step_ms"]
+    assert len(steps) and steps["shape"].str.endswith(" w2").all(), steps["shape"].unique()
+    assert not steps.duplicated(["method", "variant", "shape"]).any()  # rank 0 wrote, once
+
+
 def test_a_rank_that_raises_fails_the_run_and_nothing_is_written(tmp_path):
     """Rank 1 raises after its whole part of the run (every collective of the suite done), so rank
     0 has finished too: only the final agreement stops rank 0 from writing."""
