@@ -25,7 +25,9 @@ CASES = (("dense", None), ("fast", "TBS(4)"), ("torch", "TBS(8)"), ("vegeta", "V
 EQUAL = (("dense", None), ("fast", "TBS(4)"))
 
 
-def _worker(rank: int, world: int, tp: int, tmp: str, interpret: bool, cfg: LlamaConfig) -> None:
+def _worker(
+    rank: int, world: int, tp: int, tmp: str, interpret: bool, cfg: LlamaConfig, compile_blocks: bool = False
+) -> None:
     os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"  # FAST's fused kernels, or the reference
     from repro.tp_step import TPTrainer, build_mesh, full_masks, gather_check_masks, parallelize_llama
 
@@ -38,7 +40,7 @@ def _worker(rank: int, world: int, tp: int, tmp: str, interpret: bool, cfg: Llam
         out: dict = {"check": {}, "equal": {}}
         for method, pattern in CASES:
             torch.manual_seed(0)
-            model = parallelize_llama(LlamaModel(cfg), mesh)
+            model = parallelize_llama(LlamaModel(cfg), mesh, compile_blocks=compile_blocks)
             trainer = TPTrainer(model, mesh, method, pattern, every=1, autocast=False)
             out["check"][f"{method} {pattern}"] = gather_check_masks(trainer)
             if (method, pattern) not in EQUAL:
@@ -50,8 +52,8 @@ def _worker(rank: int, world: int, tp: int, tmp: str, interpret: bool, cfg: Llam
             loss = trainer.forward_backward(mine)
             losses = [torch.zeros(()) for _ in range(world)]
             dist.all_gather(losses, loss.float())
-            grads = {
-                n: p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+            grads = {  # compiled blocks: the same parameters under "._orig_mod."
+                n.replace("._orig_mod", ""): p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
                 for n, p in model.named_parameters()
             }
             masks = full_masks(trainer) if method != "dense" else None
@@ -83,9 +85,9 @@ def _worker(rank: int, world: int, tp: int, tmp: str, interpret: bool, cfg: Llam
         dist.destroy_process_group()
 
 
-def _launch(world: int, tp: int, interpret: bool, cfg: LlamaConfig = CFG) -> dict:
+def _launch(world: int, tp: int, interpret: bool, cfg: LlamaConfig = CFG, compile_blocks: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="fast_e2e_") as tmp:
-        args = (world, tp, tmp, interpret, cfg)
+        args = (world, tp, tmp, interpret, cfg, compile_blocks)
         mp.start_processes(_worker, args=args, nprocs=world, join=True, start_method="spawn")
         return json.loads(Path(tmp, "out.json").read_text())
 
@@ -111,6 +113,14 @@ def test_tp_step_world1_fused_kernels_interpreted():
 
 def test_tp_step_world2_tensor_parallel():
     _assert_ok(_launch(2, 2, interpret=False))
+
+
+@pytest.mark.slow
+def test_tp_step_world2_compiled_blocks():
+    """Blocks torch.compiled after the TP plan (as the suite runs them on a GPU): the same loss
+    and gradients as the unsharded eager model, the same masks."""
+    _assert_ok(_launch(2, 2, interpret=False, compile_blocks=True))
+    _assert_ok(_launch(4, 2, interpret=False, compile_blocks=True))  # FSDP2 over the compiled blocks
 
 
 def test_tp_step_world4_tensor_and_data_parallel():
