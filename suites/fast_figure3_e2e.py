@@ -96,11 +96,12 @@ def cases() -> list[tuple[str, str | None]]:
 
 def layers_that_fit(cfg: LlamaConfig, mem_bytes: int, world: int, batch: int, seq: int) -> int:
     """Blocks of ``cfg`` a TP rank trains in ``MEMORY_FRACTION`` of ``mem_bytes``: per sparse weight
-    16 B of training state (fp32 weight, grad, two AdamW moments) + 1 B mask + the baselines' pivot
+    16 B of training state (fp32 weight, grad, two AdamW moments) + 4 B for the dense copy kept
+    while the masked weights run (straight-through, ``TPTrainer.mask_weights``) + 1 B mask + the baselines' pivot
     buffers (float32 |w| and its concatenation locally, 4 B x world gathered); replicated embedding
     and head (16 B each), the logits (fp32 with grad), activations of every block (bf16)."""
     sparse = sum(o * i for _, o, i in block_linear_shapes(cfg)) / world
-    per_block = sparse * (16 + 1 + 8 + 4 * world) + batch * seq * (16 * cfg.hidden + 4 * cfg.ffn / world) * 2
+    per_block = sparse * (16 + 4 + 1 + 8 + 4 * world) + batch * seq * (16 * cfg.hidden + 4 * cfg.ffn / world) * 2
     fixed = 2 * cfg.vocab * cfg.hidden * 16 + 3 * batch * seq * cfg.vocab * 4 + RESERVE_BYTES
     return max(1, min(cfg.layers, int((MEMORY_FRACTION * mem_bytes - fixed) // per_block)))
 

@@ -245,3 +245,38 @@ def test_fast_pivot_radix_and_gaussian_agree_with_the_exact_select():
         weights[0][0, 0] = 0.0
     with pytest.raises(ValueError, match="fast_pivot"):
         ShardMasker(weights, "fast", parse_pattern("TBS(4)"), 0.5, None, fast_pivot="topk")
+
+
+def test_masks_act_straight_through_on_dense_weights():
+    """A step runs forward and backward at the masked weights and leaves the weights dense (the
+    optimizer updates them with the gradient taken at the masked ones), so the next regeneration
+    reads dense weights, as SR-STE and FAST train."""
+    from repro.tp_step import TPTrainer, build_mesh, init_distributed, local_piece, parallelize_llama
+
+    device = torch.device("cpu")
+    created = init_distributed(device)
+    try:
+        torch.manual_seed(0)
+        model = parallelize_llama(LlamaModel(CFG), build_mesh(device))
+        trainer = TPTrainer(model, build_mesh(device), "torch", "TBS(4)", every=1, autocast=False)
+        tokens = torch.randint(0, CFG.vocab, (2, CFG.seq_len), generator=torch.Generator().manual_seed(1))
+        before = [local_piece(w).detach().clone() for w in trainer.weights]
+        loss = trainer.step(tokens)
+        masks = trainer.masks
+        # the step's loss is that of the same initial model with its sparse weights masked
+        with torch.no_grad():
+            torch.manual_seed(0)
+            fresh = LlamaModel(CFG)
+            for lin, w0, m in zip(sparse_linears(fresh).values(), before, masks, strict=True):
+                lin.weight.copy_(w0 * m)
+            assert float(fresh.loss(tokens)) == pytest.approx(float(loss), rel=1e-6)
+        after = [local_piece(w).detach() for w in trainer.weights]
+        pruned = [(a[~m] != 0).float().mean().item() for a, m in zip(after, masks, strict=True)]
+        assert min(pruned) > 0.99  # the pruned weights are still there, and were updated
+        assert any(not torch.equal(a[~m], b[~m]) for a, b, m in zip(after, before, masks, strict=True))
+        loss2 = trainer.step(tokens)  # the next regeneration reads the dense weights
+        assert torch.isfinite(loss2)
+        assert trainer.times_ms()["mask"] > 0
+    finally:
+        if created:
+            dist.destroy_process_group()
