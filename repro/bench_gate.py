@@ -210,11 +210,9 @@ class Row:
         """What set ``limit`` when it is not the noise threshold."""
         if self.limit <= self.threshold:
             return ""
-        return (
-            " (host-synced floor)"
-            if self.host_synced and self.limit == HOST_SYNCED_FLOOR
-            else (f" ({self.abs_floor_us:g} us floor)")
-        )
+        if self.host_synced and self.limit == HOST_SYNCED_FLOOR:
+            return " (host-synced floor)"
+        return f" ({self.abs_floor_us:g} us floor)"
 
     @property
     def failed(self) -> bool:
