@@ -29,15 +29,22 @@ Layout (the same code at world 1 and N; world from ``torchrun``):
   the group, one host read of the result; then ``kernels.ops.flex.flex_mask``: the fused Triton
   kernel on a GPU, the reference elsewhere). The pivot group is every rank holding a
   distinct piece of the weights: the TP group, or the whole world when FSDP also shards (dp > 1).
-- Masks are kept exactly as ``repro.masked_training.MaskedTrainer`` keeps them: applied
-  (``w *= m`` on the local piece) when made, and again after every optimizer step. Regenerated
-  every ``every`` steps (the paper does not state its interval; Fig. 3's one-GPU training step in
-  ``suites/figure3.py`` uses 1 and 10, and SR-STE regenerates every step).
+- Masks act as in SR-STE's and FAST's training, with a straight-through estimator: the weights
+  stay dense; every step the local pieces are masked for the forward and backward (their dense
+  values saved first and put back after), the optimizer updates the dense weights with the
+  gradient taken at the masked ones, and a regeneration reads the dense weights. Keeping the
+  pruned half at 0 instead (as an earlier version did) makes a regeneration at the same density
+  return the same kept set, and puts a spike at 0 under FAST's Gaussian fit (8 rounds of its
+  pivot search instead of 4: ``results/tuning/cpu_probe_gaussian_rounds.txt``). Plain STE for
+  every method (SR-STE's decay of the pruned weights is not modelled: one more elementwise pass).
+  Regenerated every ``every`` steps (the paper does not state its interval; Fig. 3's one-GPU
+  training step in ``suites/figure3.py`` uses 1 and 10, and SR-STE regenerates every step).
 
 Step time is split into ``pivot`` (the pivot search with its collectives and the local passes
-they need, the tie counts included), ``mask`` (local mask generation given the pivot, and applying
-the masks), ``fwd_bwd`` (forward and backward, the TP and FSDP collectives inside them) and
-``optimizer`` (AdamW step, zero_grad, re-applying the masks): CUDA events on a GPU,
+they need, the tie counts included), ``mask`` (local mask generation given the pivot, and every
+step saving the dense pieces and masking them), ``fwd_bwd`` (forward and backward, the TP and
+FSDP collectives inside them) and ``optimizer`` (putting the dense values back, AdamW step,
+zero_grad): CUDA events on a GPU,
 ``perf_counter`` on the CPU; the mean per step over the timed steps (regeneration amortised),
 the slowest rank's per part. The forward and backward are the same dense GEMMs for every method
 (masked weights, no sparse GEMM): methods differ in the mask and pivot parts only.
@@ -121,11 +128,18 @@ def build_mesh(device: torch.device, tp: int | None = None) -> DeviceMesh:
     return init_device_mesh(device.type, (world // tp, tp), mesh_dim_names=("dp", "tp"))
 
 
-def parallelize_llama(model: LlamaModel, mesh: DeviceMesh) -> LlamaModel:
+def parallelize_llama(model: LlamaModel, mesh: DeviceMesh, *, compile_blocks: bool = False) -> LlamaModel:
     """Shard ``model`` in place over ``mesh``: column/row-wise TP plans for every block's
     attention and MLP projections on "tp" when it has more than one rank (at tp 1 the weights
     stay plain tensors: DTensor's dispatch costs host time on every op and one rank gains nothing
-    from it), FSDP2 on "dp" when it has more than one rank."""
+    from it), FSDP2 on "dp" when it has more than one rank.
+
+    ``compile_blocks``: each block ``torch.compile``d (fullgraph) after the TP plan and before
+    FSDP2, as torchtitan composes them: the fastest step a PyTorch user runs, and the one whose
+    host time does not grow with the TP collectives (eager DTensor dispatch made the world-4 460M
+    step 2.6x the world-1 one, 296 vs 113 ms forward+backward, campaign 324330c). The blocks'
+    parameters keep their objects (the masks act on them in place); their names gain
+    ``_orig_mod``."""
     tp = mesh["tp"].size()
     cfg = model.cfg
     if cfg.heads % tp or cfg.ffn % tp:
@@ -134,6 +148,10 @@ def parallelize_llama(model: LlamaModel, mesh: DeviceMesh) -> LlamaModel:
     if tp > 1:
         for block in model.layers:
             parallelize_module(block, mesh["tp"], plan)
+    if compile_blocks:
+        for i, block in enumerate(model.layers):
+            model.layers[i] = torch.compile(block, fullgraph=True)
+    model.compiled_blocks = compile_blocks  # read by TPTrainer (recompile limit) and the suite's rows
     if mesh["dp"].size() > 1:
         from torch.distributed.fsdp import fully_shard
 
@@ -324,48 +342,82 @@ class TPTrainer:
             torch.optim.AdamW(ps, lr=lr, fused=fused, foreach=None if fused else True) for ps in groups.values()
         ]
         self.masks: list[torch.Tensor] | None = None
+        self._dense: list[torch.Tensor] | None = None  # the dense pieces while the masked ones run
         self.step_index = 0
         self._marks: list[tuple[bool, list[object]]] = []
 
     @torch.no_grad()
-    def apply_masks(self) -> None:
-        """Zero the pruned weights of every local piece."""
-        if self.masks is not None:
-            for w, m in zip(self.weights, self.masks, strict=True):
-                local_piece(w).mul_(m)
+    def mask_weights(self) -> None:
+        """Save every local piece's dense values and mask the piece (for one forward and backward;
+        :meth:`unmask_weights` puts the dense values back). Nothing without masks."""
+        if self.masks is None:
+            return
+        pieces = [local_piece(w) for w in self.weights]
+        if self._dense is None:
+            self._dense = [torch.empty_like(p) for p in pieces]
+        for p, d, m in zip(pieces, self._dense, self.masks, strict=True):
+            d.copy_(p)
+            p.mul_(m)
+
+    @torch.no_grad()
+    def unmask_weights(self) -> None:
+        """Put the dense values saved by :meth:`mask_weights` back (the straight-through step:
+        the gradients stay those taken at the masked weights)."""
+        if self.masks is None:
+            return
+        assert self._dense is not None, "unmask_weights without mask_weights"
+        for w, d in zip(self.weights, self._dense, strict=True):
+            local_piece(w).copy_(d)
 
     @torch.no_grad()
     def regenerate(self) -> tuple[object, object]:
-        """New masks from the current weights, applied; returns the timing marks after the pivot
+        """New masks from the current (dense) weights; returns the timing marks after the pivot
         and after the masks."""
         assert self.masker is not None
         pivot, tie = self.masker.pivot()
         t_pivot = _now(self.device)
         self.masks = self.masker.masks(pivot, tie)
-        self.apply_masks()
         return t_pivot, _now(self.device)
 
-    def forward_backward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Loss (detached) of ``tokens`` after its backward; gradients left in ``.grad``."""
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-            loss = self.model.loss(tokens)
-        loss.backward()
+    def _loss_and_backward(self, tokens: torch.Tensor) -> torch.Tensor:
+        # compiled blocks: every model built in one process (one per method and pattern) may add
+        # a compiled variant of the same block code; past dynamo's default 8 it would run eager
+        compiled = getattr(self.model, "compiled_blocks", False)
+        with recompile_limit(1024) if compiled else contextlib.nullcontext():
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+                loss = self.model.loss(tokens)
+            loss.backward()
         return loss.detach()
+
+    def forward_backward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Loss (detached) of ``tokens`` at the masked weights after its backward; gradients (at
+        the masked weights) left in ``.grad``, the dense weights back in place."""
+        self.mask_weights()
+        try:
+            return self._loss_and_backward(tokens)
+        finally:
+            self.unmask_weights()
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """One training step (regeneration on schedule); the loss as a device scalar."""
         marks = [_now(self.device)]
         regen = self.masker is not None and self.step_index % self.every == 0
         if regen:
-            marks += list(self.regenerate())
+            t_pivot, _ = self.regenerate()
+            marks.append(t_pivot)
         else:
-            marks += [marks[0], marks[0]]
-        loss = self.forward_backward(tokens)
+            marks.append(marks[0])
+        if self.masks is not None:
+            self.mask_weights()
+            marks.append(_now(self.device))
+        else:
+            marks.append(marks[0])
+        loss = self._loss_and_backward(tokens)
         marks.append(_now(self.device))
+        self.unmask_weights()
         for opt in self.optimizers:
             opt.step()
             opt.zero_grad(set_to_none=True)
-        self.apply_masks()
         marks.append(_now(self.device))
         self._marks.append((regen, marks))
         self.step_index += 1

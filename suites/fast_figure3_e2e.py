@@ -20,6 +20,12 @@ results). Profiles:
   list of "map-neo-460m", "map-neo-7b") and ``FAST_E2E_EVERY`` (comma list of ints) narrow a run
   (a device call has 10 minutes).
 
+On a GPU every block is ``torch.compile``d (fullgraph) after the TP plan, as torchtitan composes
+them (``parallelize_llama(compile_blocks=True)``): the forward+backward every method shares is then
+the fastest a PyTorch user runs, and not bound by eager DTensor dispatch (world 4 eager: 296 ms vs
+113 ms at world 1 for 460M, campaign 324330c). ``FAST_E2E_COMPILE=0`` runs the blocks eager; the
+``compiled_blocks`` setup row says which.
+
 Correctness first: before any timing, every method's masks (made on the shards with that
 method's distributed pivot) are gathered on rank 0 and checked against the single-process
 reference of the same global weights (``repro.tp_step.gather_check_masks``): exact pivot and tie
@@ -90,11 +96,12 @@ def cases() -> list[tuple[str, str | None]]:
 
 def layers_that_fit(cfg: LlamaConfig, mem_bytes: int, world: int, batch: int, seq: int) -> int:
     """Blocks of ``cfg`` a TP rank trains in ``MEMORY_FRACTION`` of ``mem_bytes``: per sparse weight
-    16 B of training state (fp32 weight, grad, two AdamW moments) + 1 B mask + the baselines' pivot
+    16 B of training state (fp32 weight, grad, two AdamW moments) + 4 B for the dense copy kept
+    while the masked weights run (straight-through, ``TPTrainer.mask_weights``) + 1 B mask + the baselines' pivot
     buffers (float32 |w| and its concatenation locally, 4 B x world gathered); replicated embedding
     and head (16 B each), the logits (fp32 with grad), activations of every block (bf16)."""
     sparse = sum(o * i for _, o, i in block_linear_shapes(cfg)) / world
-    per_block = sparse * (16 + 1 + 8 + 4 * world) + batch * seq * (16 * cfg.hidden + 4 * cfg.ffn / world) * 2
+    per_block = sparse * (16 + 4 + 1 + 8 + 4 * world) + batch * seq * (16 * cfg.hidden + 4 * cfg.ffn / world) * 2
     fixed = 2 * cfg.vocab * cfg.hidden * 16 + 3 * batch * seq * cfg.vocab * 4 + RESERVE_BYTES
     return max(1, min(cfg.layers, int((MEMORY_FRACTION * mem_bytes - fixed) // per_block)))
 
@@ -166,12 +173,17 @@ def _run(ctx: RunContext, device: torch.device, world: int) -> None:
     warmup, steps = (2, 10) if full else (2, 2)
     dtype = "bf16-autocast" if device.type == "cuda" else "fp32"
     timer = "cuda-events" if device.type == "cuda" else "cpu-perf_counter"
+    compile_blocks = device.type == "cuda" and os.environ.get("FAST_E2E_COMPILE", "1") != "0"
     for label, (cfg, batch) in _models(ctx, world).items():
-        ctx.log(f"{label}: {cfg.layers} layers, world {world} (tp {tp}), batch {batch}x{cfg.seq_len} per dp rank")
+        ctx.log(
+            f"{label}: {cfg.layers} layers, world {world} (tp {tp}), batch {batch}x{cfg.seq_len} per dp rank, "
+            f"blocks {'compiled' if compile_blocks else 'eager'}"
+        )
         setup = partial(ctx.results.add, "setup", label, dtype, verified=True)
         setup("world_size", world, "count")
         setup("tp_size", tp, "count")
         setup("layers", cfg.layers, "count")
+        setup("compiled_blocks", float(compile_blocks), "flag")
         setup("paper_layers", CONFIGS.get(base_model(label), cfg).layers, "count")
         gen = torch.Generator(device="cpu").manual_seed(1)
         dp_rank = mesh.get_local_rank("dp")
@@ -183,7 +195,7 @@ def _run(ctx: RunContext, device: torch.device, world: int) -> None:
                 if method == "dense" and every != _intervals(ctx.profile)[0]:
                     continue  # no masks: one row serves every interval
                 torch.manual_seed(0)
-                model = parallelize_llama(LlamaModel(cfg, device=device), mesh)
+                model = parallelize_llama(LlamaModel(cfg, device=device), mesh, compile_blocks=compile_blocks)
                 compile_ = device.type == "cuda" and pattern not in ("TBS(8)",)  # figure3: TBS(8) eager
                 trainer = TPTrainer(
                     model,

@@ -25,7 +25,9 @@ CASES = (("dense", None), ("fast", "TBS(4)"), ("torch", "TBS(8)"), ("vegeta", "V
 EQUAL = (("dense", None), ("fast", "TBS(4)"))
 
 
-def _worker(rank: int, world: int, tp: int, tmp: str, interpret: bool, cfg: LlamaConfig) -> None:
+def _worker(
+    rank: int, world: int, tp: int, tmp: str, interpret: bool, cfg: LlamaConfig, compile_blocks: bool = False
+) -> None:
     os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"  # FAST's fused kernels, or the reference
     from repro.tp_step import TPTrainer, build_mesh, full_masks, gather_check_masks, parallelize_llama
 
@@ -38,7 +40,7 @@ def _worker(rank: int, world: int, tp: int, tmp: str, interpret: bool, cfg: Llam
         out: dict = {"check": {}, "equal": {}}
         for method, pattern in CASES:
             torch.manual_seed(0)
-            model = parallelize_llama(LlamaModel(cfg), mesh)
+            model = parallelize_llama(LlamaModel(cfg), mesh, compile_blocks=compile_blocks)
             trainer = TPTrainer(model, mesh, method, pattern, every=1, autocast=False)
             out["check"][f"{method} {pattern}"] = gather_check_masks(trainer)
             if (method, pattern) not in EQUAL:
@@ -50,8 +52,8 @@ def _worker(rank: int, world: int, tp: int, tmp: str, interpret: bool, cfg: Llam
             loss = trainer.forward_backward(mine)
             losses = [torch.zeros(()) for _ in range(world)]
             dist.all_gather(losses, loss.float())
-            grads = {
-                n: p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+            grads = {  # compiled blocks: the same parameters under "._orig_mod."
+                n.replace("._orig_mod", ""): p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
                 for n, p in model.named_parameters()
             }
             masks = full_masks(trainer) if method != "dense" else None
@@ -83,9 +85,9 @@ def _worker(rank: int, world: int, tp: int, tmp: str, interpret: bool, cfg: Llam
         dist.destroy_process_group()
 
 
-def _launch(world: int, tp: int, interpret: bool, cfg: LlamaConfig = CFG) -> dict:
+def _launch(world: int, tp: int, interpret: bool, cfg: LlamaConfig = CFG, compile_blocks: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="fast_e2e_") as tmp:
-        args = (world, tp, tmp, interpret, cfg)
+        args = (world, tp, tmp, interpret, cfg, compile_blocks)
         mp.start_processes(_worker, args=args, nprocs=world, join=True, start_method="spawn")
         return json.loads(Path(tmp, "out.json").read_text())
 
@@ -111,6 +113,14 @@ def test_tp_step_world1_fused_kernels_interpreted():
 
 def test_tp_step_world2_tensor_parallel():
     _assert_ok(_launch(2, 2, interpret=False))
+
+
+@pytest.mark.slow
+def test_tp_step_world2_compiled_blocks():
+    """Blocks torch.compiled after the TP plan (as the suite runs them on a GPU): the same loss
+    and gradients as the unsharded eager model, the same masks."""
+    _assert_ok(_launch(2, 2, interpret=False, compile_blocks=True))
+    _assert_ok(_launch(4, 2, interpret=False, compile_blocks=True))  # FSDP2 over the compiled blocks
 
 
 def test_tp_step_world4_tensor_and_data_parallel():
@@ -235,3 +245,38 @@ def test_fast_pivot_radix_and_gaussian_agree_with_the_exact_select():
         weights[0][0, 0] = 0.0
     with pytest.raises(ValueError, match="fast_pivot"):
         ShardMasker(weights, "fast", parse_pattern("TBS(4)"), 0.5, None, fast_pivot="topk")
+
+
+def test_masks_act_straight_through_on_dense_weights():
+    """A step runs forward and backward at the masked weights and leaves the weights dense (the
+    optimizer updates them with the gradient taken at the masked ones), so the next regeneration
+    reads dense weights, as SR-STE and FAST train."""
+    from repro.tp_step import TPTrainer, build_mesh, init_distributed, local_piece, parallelize_llama
+
+    device = torch.device("cpu")
+    created = init_distributed(device)
+    try:
+        torch.manual_seed(0)
+        model = parallelize_llama(LlamaModel(CFG), build_mesh(device))
+        trainer = TPTrainer(model, build_mesh(device), "torch", "TBS(4)", every=1, autocast=False)
+        tokens = torch.randint(0, CFG.vocab, (2, CFG.seq_len), generator=torch.Generator().manual_seed(1))
+        before = [local_piece(w).detach().clone() for w in trainer.weights]
+        loss = trainer.step(tokens)
+        masks = trainer.masks
+        # the step's loss is that of the same initial model with its sparse weights masked
+        with torch.no_grad():
+            torch.manual_seed(0)
+            fresh = LlamaModel(CFG)
+            for lin, w0, m in zip(sparse_linears(fresh).values(), before, masks, strict=True):
+                lin.weight.copy_(w0 * m)
+            assert float(fresh.loss(tokens)) == pytest.approx(float(loss), rel=1e-6)
+        after = [local_piece(w).detach() for w in trainer.weights]
+        pruned = [(a[~m] != 0).float().mean().item() for a, m in zip(after, masks, strict=True)]
+        assert min(pruned) > 0.99  # the pruned weights are still there, and were updated
+        assert any(not torch.equal(a[~m], b[~m]) for a, b, m in zip(after, before, masks, strict=True))
+        loss2 = trainer.step(tokens)  # the next regeneration reads the dense weights
+        assert torch.isfinite(loss2)
+        assert trainer.times_ms()["mask"] > 0
+    finally:
+        if created:
+            dist.destroy_process_group()
