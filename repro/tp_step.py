@@ -20,10 +20,12 @@ Layout (the same code at world 1 and N; world from ``torchrun``):
   ``dense`` (no masks), ``srste`` (SR-STE's 2:4 by magnitude: per-shard, no pivot),
   ``torch`` / ``vegeta`` (the strong PyTorch baselines of ``kernels.ops.flex_torch``; the pivot
   as a PyTorch user finds it over a process group: all-gather every rank's |w| and take the top-k
-  with the tie share, ``kernels.ops.flex_torch.pivot_and_tie``), and ``fast`` (the pivot without
+  with the tie share as ``kernels.ops.flex_torch.pivot_and_tie`` does, its counts taken in chunks:
+  ``gathered_pivot_and_tie``), and ``fast`` (the pivot without
   gathering any weights: by default the paper's distribution-aware search,
   ``kernels.ops.pivot.find_pivot_stats(method="gaussian")``, whose rounds are decided on the host
-  (200-1240 ms per regeneration at 460M and 7B-cut world 1 on an H100, campaign 324330c), then one
+  (59-65 ms per regeneration at 460M and 178-180 ms at 7B-cut6 world 1 on an H100, against 16 and
+  78 ms for the gathered top-k, campaign 85d52d1), then one
   all-reduce of the two tie counts; ``fast_pivot="radix"``: ``kernels.ops.pivot_radix.RadixPivot``,
   an exact four-pass radix select on the device whose 2 KiB digit histograms are all-reduced over
   the group, one host read of the result; then ``kernels.ops.flex.flex_mask``: the fused Triton
@@ -66,7 +68,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from kernels.ops.flex import flex_mask, flex_mask_reference, needs_pivot, tie_share
-from kernels.ops.flex_torch import masks_of_weight, pivot_and_tie, recompile_limit, regular_table
+from kernels.ops.flex_torch import masks_of_weight, recompile_limit, regular_table
 from kernels.ops.nm_mask import nm_mask, nm_mask_reference
 from kernels.ops.patterns import NM, TBS, Pattern, parse_pattern
 from kernels.ops.pivot import find_pivot, find_pivot_stats
@@ -83,8 +85,11 @@ __all__ = [
     "TPTrainer",
     "build_mesh",
     "dist_env",
+    "check_masks",
+    "count_above_and_at",
     "full_masks",
     "gather_check_masks",
+    "gathered_pivot_and_tie",
     "init_distributed",
     "parallelize_llama",
     "pivot_group",
@@ -179,6 +184,37 @@ def fast_seed(rank: int, index: int) -> int:
     return SEED + 7919 * rank + index
 
 
+COUNT_CHUNK = 1 << 27
+"""Entries compared per pass in ``count_above_and_at``: a bool tensor is summed through an int64
+copy (8 B an entry), so the counts over 7B-cut17's gathered magnitudes at world 4 (4.5e9 entries)
+asked for 33.5 GiB at once (campaign 85d52d1); per chunk of 2^27 it is 1 GiB."""
+
+
+def count_above_and_at(tensors: list[torch.Tensor], pivot: float | torch.Tensor) -> torch.Tensor:
+    """int64 device tensor [above, at]: entries of ``|t|`` (float32) above ``pivot`` and equal to
+    it over ``tensors``, in chunks of ``COUNT_CHUNK`` entries (memory O(chunk), not O(entries))."""
+    counts = torch.zeros(2, dtype=torch.int64, device=tensors[0].device)
+    for t in tensors:
+        for c in t.reshape(-1).split(COUNT_CHUNK):
+            a = c.abs().float()
+            counts += torch.stack([(a > pivot).sum(), (a == pivot).sum()])
+    return counts
+
+
+def gathered_pivot_and_tie(mags: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``kernels.ops.flex_torch.pivot_and_tie([mags], k)`` (the baselines' top-k pivot and tie
+    share over the gathered |w|, 0-dim float32 device tensors; the same values), with the counts
+    taken by ``count_above_and_at`` so that they need no int64 copy of every entry."""
+    if k == 0:
+        inf = torch.full((), float("inf"), dtype=torch.float32, device=mags.device)
+        return inf, torch.ones((), dtype=torch.float32, device=mags.device)
+    pivot = torch.topk(mags, k, sorted=False).values.min().float()
+    gt, eq = count_above_and_at([mags], pivot).unbind()
+    share = ((k - gt).double() / eq.clamp(min=1).double()).clamp(0.0, 1.0)
+    share = torch.where(eq > 0, share, torch.ones_like(share))
+    return pivot, share.float()
+
+
 def _all_gather(out: torch.Tensor, t: torch.Tensor, group: dist.ProcessGroup) -> None:
     """Every rank's equal-sized ``t`` into ``out`` (rank order), by the name this torch has."""
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -265,10 +301,7 @@ class ShardMasker:
             return self._radix.read()  # one host read; NaN/Inf on any rank raises on every rank
         if self.method == "fast":
             p = find_pivot_stats(self.pieces, self.density, "gaussian", self.group, check_finite=False).pivot
-            counts = torch.zeros(2, dtype=torch.int64, device=self.pieces[0].device)
-            for w in self.pieces:
-                a = w.abs().float()
-                counts += torch.stack([(a > p).sum(), (a == p).sum()])
+            counts = count_above_and_at(self.pieces, p)
             if self.group is not None:
                 dist.all_reduce(counts, group=self.group)
             gt, eq = counts.tolist()
@@ -278,7 +311,7 @@ class ShardMasker:
             out = torch.empty(self.world * mags.numel(), dtype=mags.dtype, device=mags.device)
             _all_gather(out, mags, self.group)
             mags = out
-        return pivot_and_tie([mags], self.k)
+        return gathered_pivot_and_tie(mags, self.k)
 
     def masks(self, pivot: float | torch.Tensor, tie: float | torch.Tensor) -> list[torch.Tensor]:
         """The local pieces' masks given the group's pivot and tie share."""
@@ -532,6 +565,51 @@ def gather_check_masks(trainer: TPTrainer, density: float = 0.5) -> list[str]:
         cpu = torch.device("cpu")
         got = [([p.to(cpu) for p in ps], [m.to(cpu) for m in ms], p_, t_) for ps, ms, p_, t_ in got]
         return _check_gathered(trainer, got, density, cpu)
+
+
+def check_masks(trainer: TPTrainer, density: float = 0.5) -> list[str]:
+    """``gather_check_masks``'s check without gathering the weights: regenerate the masks once;
+    the method's pivot is the exact one iff #(|w| > pivot) < k <= #(|w| >= pivot) over the group
+    (k = round(density * n), the two counts all-reduced), its tie share must be (k - #above) /
+    #at; then every rank checks its own pieces' masks against the readable reference with that
+    pivot and tie (FAST: the piece's own seed), as the gathered check does on rank 0. Gathering
+    7B-cut17's pieces at world 4 pickled 18 GB through one rank and took 100 s per method
+    (campaign 85d52d1); here each rank checks on its own device. Returns this rank's failures
+    (the suite all-reduces the verdict); every rank of the group must call it."""
+    masker = trainer.masker
+    if masker is None:
+        return []
+    pivot, tie = masker.pivot()
+    masks = masker.masks(pivot, tie)
+    pivot, tie = float(pivot), float(tie)
+    pieces, rank, bad = masker.pieces, masker.rank, []
+    if masker.method == "srste":
+        want = [nm_mask_reference(w, 2, 4) for w in pieces]
+    else:
+        device = pieces[0].device
+        n = torch.tensor([sum(w.numel() for w in pieces)], dtype=torch.int64, device=device)
+        counts = count_above_and_at(pieces, pivot)
+        if masker.group is not None:
+            dist.all_reduce(n, group=masker.group)
+            dist.all_reduce(counts, group=masker.group)
+        k = round(density * int(n))
+        gt, eq = counts.tolist()
+        as_f32 = float(torch.tensor(pivot, dtype=torch.float32))  # |w| are float32: so is the k-th
+        exact = pivot == float("inf") if k == 0 else (gt < k <= gt + eq and as_f32 == pivot)
+        if not exact:
+            bad.append(f"rank {rank}: pivot {pivot} is not the k-th largest |w| (k = {k}; {gt} above it, {eq} at it)")
+        ref_tie = 1.0 if eq == 0 else min(1.0, max(0.0, (k - gt) / eq))
+        if float(torch.tensor(tie, dtype=torch.float32)) != float(torch.tensor(ref_tie, dtype=torch.float32)):
+            bad.append(f"rank {rank}: tie share {tie} != exact {ref_tie}")
+        want = [
+            flex_mask_reference(w, masker.pattern, density, masker.method, fast_seed(rank, i), pivot, ref_tie)
+            for i, w in enumerate(pieces)
+        ]
+    exact_masks = not (masker.compiled or (masker.method == "fast" and pieces[0].is_cuda))
+    for i, (m, ref, w) in enumerate(zip(masks, want, pieces, strict=True)):
+        if not _agree(m, ref, w, masker.pattern, exact_masks):
+            bad.append(f"rank {rank}: {masker.method} mask of {list(trainer.linears)[i]} differs from the reference")
+    return bad
 
 
 def _check_gathered(trainer: TPTrainer, got: list, density: float, device: torch.device) -> list[str]:

@@ -3,10 +3,11 @@ regenerated on each rank's shard, FAST vs the PyTorch implementation and the Veg
 (and SR-STE 2:4, and dense), the step split into forward+backward, mask generation, pivot search
 (with its communication) and optimizer (``repro.tp_step``). FAST runs twice: ``fast`` with the
 paper's distribution-aware pivot search (``kernels.ops.pivot`` gaussian, rounds decided on the
-host: 200-1240 ms per regeneration in campaign 324330c, which made FAST's step slower than the
-baselines'), and ``fast_radix`` with the same masks from an exact device radix select whose digit
-histograms are all-reduced (``kernels.ops.pivot_radix``: no weights gathered, no host round trip),
-so the table shows what the pivot search costs FAST. The headline ratios are ``fast``'s.
+host: 59-180 ms per regeneration at world 1 in campaign 85d52d1, against 16-78 ms for the
+baselines' gathered top-k, which makes FAST's step slower than theirs), and ``fast_radix`` with
+the same masks from an exact device radix select whose digit histograms are all-reduced
+(``kernels.ops.pivot_radix``: no weights gathered, no host round trip), so the table shows what
+the pivot search costs FAST. The headline ratios are ``fast``'s.
 
 Runs in one process (world 1) or under ``torchrun`` (world = the launch's, TP over all ranks):
 ``torchrun --nproc-per-node N -m repro run fast_figure3_e2e --profile full`` (rank 0 writes the
@@ -27,9 +28,12 @@ the fastest a PyTorch user runs, and not bound by eager DTensor dispatch (world 
 ``compiled_blocks`` setup row says which.
 
 Correctness first: before any timing, every method's masks (made on the shards with that
-method's distributed pivot) are gathered on rank 0 and checked against the single-process
-reference of the same global weights (``repro.tp_step.gather_check_masks``): exact pivot and tie
-share, masks equal (fused Triton / compiled forms: the tolerance of ``suites/figure3.py``).
+method's distributed pivot) are checked against the readable reference of the same global weights
+(``repro.tp_step.check_masks``): the pivot is the exact k-th largest |w| over all ranks (counts
+all-reduced), the tie share the exact one, and every rank's masks equal the reference's with that
+pivot (fused Triton / compiled forms: the tolerance of ``suites/figure3.py``). The CPU tests hold
+this check to ``gather_check_masks``, which gathers every piece on rank 0 (too slow and large at
+7B: 100 s per method at world 4).
 Step-time rows carry verified=False (a step time: only the loss is checked, finite).
 
 The paper's 10.40x / 1.56x are MAP-NEO 7B on 8 A800s under model parallelism: rows from another
@@ -56,8 +60,8 @@ from repro.tp_step import (
     PARTS,
     TPTrainer,
     build_mesh,
+    check_masks,
     dist_env,
-    gather_check_masks,
     init_distributed,
     parallelize_llama,
 )
@@ -95,13 +99,21 @@ def cases() -> list[tuple[str, str | None]]:
 
 
 def layers_that_fit(cfg: LlamaConfig, mem_bytes: int, world: int, batch: int, seq: int) -> int:
-    """Blocks of ``cfg`` a TP rank trains in ``MEMORY_FRACTION`` of ``mem_bytes``: per sparse weight
-    16 B of training state (fp32 weight, grad, two AdamW moments) + 4 B for the dense copy kept
-    while the masked weights run (straight-through, ``TPTrainer.mask_weights``) + 1 B mask + the baselines' pivot
-    buffers (float32 |w| and its concatenation locally, 4 B x world gathered); replicated embedding
-    and head (16 B each), the logits (fp32 with grad), activations of every block (bf16)."""
+    """Blocks of ``cfg`` a TP rank trains in ``MEMORY_FRACTION`` of ``mem_bytes``. Per local sparse
+    weight, 17 B held throughout (fp32 weight, two AdamW moments, the dense copy kept while the
+    masked weights run, ``TPTrainer.mask_weights``, the mask), then the larger of two peaks that
+    never coexist (``zero_grad(set_to_none=True)`` frees the gradients before a regeneration;
+    activations live only in the forward and backward): a regeneration's pivot buffers (the
+    baselines' gathered float32 |w|, 4 B x world, and ``torch.topk``'s float32 values and int64
+    indices for half of them, 6 B x world; at least 8 B of local |w|), or the forward and
+    backward (4 B of gradient, the block's bf16 activations). Fixed: replicated embedding and head
+    (16 B each), the logits (fp32 with grad). Campaign 85d52d1 measured the regeneration peak:
+    7B-cut17 at world 4 held 43.7 GiB with the gathered |w| live, and the top-k needs 25 GiB more
+    (69 GiB, above 80% of an H100's 79 GiB: the formula gives 15 layers there)."""
     sparse = sum(o * i for _, o, i in block_linear_shapes(cfg)) / world
-    per_block = sparse * (16 + 4 + 1 + 8 + 4 * world) + batch * seq * (16 * cfg.hidden + 4 * cfg.ffn / world) * 2
+    activations = batch * seq * (16 * cfg.hidden + 4 * cfg.ffn / world) * 2
+    peak = max(sparse * max(8, 10 * world), sparse * 4 + activations)
+    per_block = sparse * 17 + peak
     fixed = 2 * cfg.vocab * cfg.hidden * 16 + 3 * batch * seq * cfg.vocab * 4 + RESERVE_BYTES
     return max(1, min(cfg.layers, int((MEMORY_FRACTION * mem_bytes - fixed) // per_block)))
 
@@ -210,7 +222,7 @@ def _run(ctx: RunContext, device: torch.device, world: int) -> None:
                 what = f"{label} {method} {pattern}"
                 t0 = time.perf_counter()
                 if (method, pattern) not in checked:
-                    bad = gather_check_masks(trainer, DENSITY)
+                    bad = check_masks(trainer, DENSITY)
                     ctx.check(_all_ok(not bad, device), f"{what}: {'; '.join(bad) or 'failed on another rank'}")
                     checked.add((method, pattern))
                     if method != "dense":

@@ -7,6 +7,7 @@ runs through the CLI."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -29,7 +30,7 @@ def _worker(
     rank: int, world: int, tp: int, tmp: str, interpret: bool, cfg: LlamaConfig, compile_blocks: bool = False
 ) -> None:
     os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"  # FAST's fused kernels, or the reference
-    from repro.tp_step import TPTrainer, build_mesh, full_masks, gather_check_masks, parallelize_llama
+    from repro.tp_step import TPTrainer, build_mesh, check_masks, full_masks, gather_check_masks, parallelize_llama
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{tmp}/pg", rank=rank, world_size=world)
@@ -43,6 +44,9 @@ def _worker(
             model = parallelize_llama(LlamaModel(cfg), mesh, compile_blocks=compile_blocks)
             trainer = TPTrainer(model, mesh, method, pattern, every=1, autocast=False)
             out["check"][f"{method} {pattern}"] = gather_check_masks(trainer)
+            out["check"][f"{method} {pattern} distributed"] = _failures_anywhere(check_masks(trainer))
+            if (method, pattern) == ("fast", "TBS(4)"):
+                out["planted"] = _planted(trainer, rank, world, gather_check_masks, check_masks)
             if (method, pattern) not in EQUAL:
                 continue
             tokens = torch.randint(0, cfg.vocab, (2 * dp, cfg.seq_len), generator=torch.Generator().manual_seed(1))
@@ -85,6 +89,38 @@ def _worker(
         dist.destroy_process_group()
 
 
+def _failures_anywhere(bad: list[str]) -> list[str]:
+    """Every rank's failures of ``check_masks`` (each rank reports its own), on every rank."""
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, bad)
+    return [b for part in every for b in part]
+
+
+def _planted(trainer, rank: int, world: int, gathered, distributed) -> dict:
+    """Both checks on a wrong mask (one tile flipped on the last rank) and on a pivot one float32
+    step above the exact one (all ranks): each must fail."""
+    masker = trainer.masker
+    masks, pivot = masker.masks, masker.pivot
+
+    def flipped(p, t):
+        ms = [m.clone() for m in masks(p, t)]
+        if rank == world - 1:
+            ms[0][0, :4] = ~ms[0][0, :4]
+        return ms
+
+    def above():
+        p, t = pivot()
+        up = torch.nextafter(torch.tensor(float(p)), torch.tensor(math.inf))  # one float32 step
+        return float(up), t
+
+    out = {}
+    for name, patch in (("mask", ("masks", flipped)), ("pivot", ("pivot", above))):
+        setattr(masker, *patch)
+        out[name] = {"gathered": gathered(trainer), "distributed": _failures_anywhere(distributed(trainer))}
+        delattr(masker, patch[0])  # the instance attribute goes; the method is back
+    return out
+
+
 def _launch(world: int, tp: int, interpret: bool, cfg: LlamaConfig = CFG, compile_blocks: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="fast_e2e_") as tmp:
         args = (world, tp, tmp, interpret, cfg, compile_blocks)
@@ -93,8 +129,11 @@ def _launch(world: int, tp: int, interpret: bool, cfg: LlamaConfig = CFG, compil
 
 
 def _assert_ok(out: dict) -> None:
+    assert len(out["check"]) == 2 * len(CASES)  # the gathered check and the distributed one
     for case, bad in out["check"].items():
         assert bad == [], (case, bad)
+    for what, verdicts in out["planted"].items():  # a planted error fails both checks
+        assert verdicts["gathered"] and verdicts["distributed"], (what, verdicts)
     assert set(out["equal"]) == {f"{m} {p}" for m, p in EQUAL}
     for case, r in out["equal"].items():
         assert r["names_match"], case
@@ -165,6 +204,13 @@ def test_layers_that_fit_and_reasons():
     one = suite.layers_that_fit(cfg, 80 * 2**30, 1, 1, 2048)
     assert 1 <= one < cfg.layers
     assert suite.layers_that_fit(cfg, 141 * 2**30, 8, 1, 2048) == cfg.layers
+    # campaign 85d52d1: 17 blocks at world 4 on an H100 (79.2 GiB) ran out of memory in the
+    # baselines' gathered top-k pivot; the memory model now counts its buffers
+    h100 = int(79.18 * 2**30)
+    assert suite.layers_that_fit(cfg, h100, 4, 1, 2048) < 17
+    assert [suite.layers_that_fit(cfg, h100, w, 1, 2048) for w in (1, 2, 4)] == sorted(
+        suite.layers_that_fit(cfg, h100, w, 1, 2048) for w in (1, 2, 4)
+    )  # more ranks, smaller shards: never fewer blocks
     full = {"world_size": 8.0, "layers": 28.0, "paper_layers": 28.0}
     assert suite.not_comparable_reason("map-neo-7b", full) == ""
     assert "cut to 6 of 28" in suite.not_comparable_reason("map-neo-7b-cut6of28", {**full, "layers": 6.0})
