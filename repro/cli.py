@@ -72,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _configure_backend(args.suite)
     from repro.results import ResultSet, read_results
     from repro.roofline import measure_ceilings
-    from repro.suite import RunContext, figures_dir, pick_profile
+    from repro.suite import CorrectnessError, RunContext, figures_dir, pick_profile
     from suites import get_suite
 
     mod = get_suite(args.suite)
@@ -107,7 +107,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         flush=True,
     )
     ctx = RunContext(args.suite, mod.ARTIFACT, device, profile, ceilings, results)
-    _run_all_ranks(mod, ctx)
+    if rank == 0:  # rows on disk as they come: a run stopped early keeps what it finished
+        results.start_journal()
+    try:
+        _run_all_ranks(mod, ctx)
+    except CorrectnessError:
+        results.drop_journal()  # a failed check: nothing of this run is kept
+        raise
+    except BaseException:
+        _keep_journal(args.suite, results)
+        raise
     if rank != 0:
         print(f"   rank {rank}: done (rank 0 writes the results)", flush=True)
         return 0
@@ -120,6 +129,24 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"   wrote {p}")
     _print_compare(mod, df)
     return 0
+
+
+def _keep_journal(suite: str, results) -> None:
+    """A run stopped by an error that is not a failed check (out of memory, a lost rank, an
+    interrupt): keep the journal of the rows it finished, and say how to merge them."""
+    if results.journal is None:
+        return
+    n = len(results.rows)
+    if n == 0:
+        results.drop_journal()
+        return
+    root = results.journal.parent.parent
+    print(
+        f"   the run stopped before its end; its {n} finished rows are kept in {results.journal}: "
+        f"python scripts/merge_results.py {suite} {root} --partial",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _run_all_ranks(mod, ctx) -> None:

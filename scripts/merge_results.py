@@ -10,6 +10,10 @@ Every part must hold rows of the same device and profile, and no two parts may s
 device-ceiling rows every part measured are the exception: the first part's are kept.
 ``--keep-other-shapes``: a re-run of some shapes only (the others failed or did not finish) keeps
 the stored rows of the other shapes, each with the commit it was measured at.
+``--partial``: a part whose run stopped before its end (no ``<suite>.csv``) contributes the rows
+it finished, from its journal ``<suite>.<profile>.partial`` (``repro.results.ResultSet.
+start_journal``), each marked as such in its ``command``; use it with ``--keep-other-shapes``
+so that the stored rows of what the run did not reach stay.
 """
 
 from __future__ import annotations
@@ -21,18 +25,32 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from repro.results import locked, read_results, write_atomic  # noqa: E402
+from repro.results import JOURNAL_SUFFIX, locked, read_journal, read_results, write_atomic  # noqa: E402
 
 KEY = ["method", "variant", "shape", "dtype", "metric"]
 
 
-def merge(suite: str, parts: list[Path], into: Path, keep_other_shapes: bool = False) -> Path:
-    frames = []
-    for root in parts:
-        found = sorted(root.glob(f"*/{suite}.csv"))
-        if len(found) != 1:
-            raise SystemExit(f"{root}: expected one */{suite}.csv, found {[str(f) for f in found]}")
-        frames.append(read_results(found[0]).assign(_slug=found[0].parent.name))
+def _part(root: Path, suite: str, partial: bool) -> pd.DataFrame:
+    """A part's rows: its results file, or (``partial``) the journal of a run that stopped early."""
+    found = sorted(root.glob(f"*/{suite}.csv"))
+    journals = sorted(root.glob(f"*/{suite}.*{JOURNAL_SUFFIX}")) if partial else []
+    if len(found) == 1 and not journals:
+        return read_results(found[0]).assign(_slug=found[0].parent.name)
+    if not found and len(journals) == 1:
+        df = read_journal(journals[0])
+        if df.empty:
+            raise SystemExit(f"{journals[0]}: the run stopped before it finished any row")
+        print(f"{root}: {len(df)} rows of a partial run ({journals[0].name})")
+        return df.assign(_slug=journals[0].parent.name)
+    hint = "" if partial else " (a run that stopped early: --partial takes its journal)"
+    raise SystemExit(
+        f"{root}: expected one */{suite}.csv{' or one journal' if partial else ''}, found "
+        f"{[str(f) for f in found + journals]}{hint}"
+    )
+
+
+def merge(suite: str, parts: list[Path], into: Path, keep_other_shapes: bool = False, partial: bool = False) -> Path:
+    frames = [_part(root, suite, partial) for root in parts]
     new = pd.concat(frames, ignore_index=True)
     for col in ("_slug", "profile"):
         if new[col].nunique() != 1:
@@ -68,8 +86,13 @@ def main() -> None:
         action="store_true",
         help="keep the stored rows of shapes the parts did not re-run (each row keeps its commit)",
     )
+    ap.add_argument(
+        "--partial",
+        action="store_true",
+        help="take the finished rows of a part whose run stopped early from its journal (marked in 'command')",
+    )
     args = ap.parse_args()
-    print(f"wrote {merge(args.suite, args.parts, args.into, args.keep_other_shapes)}")
+    print(f"wrote {merge(args.suite, args.parts, args.into, args.keep_other_shapes, args.partial)}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from repro.dist_guard import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, RankFailure, dist_timeout_s, inject_test_fault
+from repro.results import JOURNAL_SUFFIX, read_journal
 
 REPO = Path(__file__).resolve().parents[2]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
@@ -50,7 +51,9 @@ def _run_suite(tmp: Path, bound_s: float, **fault: str) -> tuple[int, str, float
 
 
 def _no_results(tmp: Path) -> None:
-    written = [p for p in (tmp / "results").rglob("*") if p.is_file()]
+    """No results file; only rank 0's journal of the rows it finished, if any, marked partial when
+    merged (``repro.results.ResultSet.start_journal``)."""
+    written = [p for p in (tmp / "results").rglob("*") if p.is_file() and not p.name.endswith(JOURNAL_SUFFIX)]
     assert written == [], written
 
 
@@ -102,6 +105,8 @@ def test_a_rank_that_raises_fails_the_run_and_nothing_is_written(tmp_path):
     assert "rank 1 of 2 failed" in out and "injected failure at after_run" in out, out[-3000:]
     assert "wrote" not in out
     _no_results(tmp_path)
+    journal = tmp_path / "results" / "cpu" / f"{SUITE}.smoke{JOURNAL_SUFFIX}"
+    assert len(read_journal(journal)) > 0  # rank 0 had finished its rows: kept, not written
 
 
 def test_a_rank_that_hangs_fails_the_run_within_the_timeout(tmp_path):
