@@ -38,7 +38,7 @@ def _worker(
         device = torch.device("cpu")
         mesh = build_mesh(device, tp)
         dp = world // tp
-        out: dict = {"check": {}, "equal": {}}
+        out: dict = {"check": {}, "equal": {}, "world": world}
         for method, pattern in CASES:
             torch.manual_seed(0)
             model = parallelize_llama(LlamaModel(cfg), mesh, compile_blocks=compile_blocks)
@@ -82,11 +82,32 @@ def _worker(
                     "grad_rel_err": worst,
                     "names_match": sorted(grads) == sorted(ref_grads),
                 }
+            if (method, pattern) == ("fast", "TBS(4)"):  # after the comparison: a step moves the weights
+                out["aligned"] = _collectives_per_step(trainer, cfg)
         if rank == 0:
             Path(tmp, "out.json").write_text(json.dumps(out))
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def _collectives_per_step(trainer, cfg: LlamaConfig) -> int:
+    """All-reduces of the 1-element alignment buffer in one step with a regeneration (the others'
+    tensors are larger): one per timed part at world > 1, none in one process."""
+    calls = []
+    real = dist.all_reduce
+
+    def counting(t, *a, **k):
+        if t.numel() == 1 and t is trainer._align_buf:
+            calls.append(1)
+        return real(t, *a, **k)
+
+    dist.all_reduce = counting
+    try:
+        trainer.step(torch.randint(0, cfg.vocab, (2, cfg.seq_len), generator=torch.Generator().manual_seed(2)))
+    finally:
+        dist.all_reduce = real
+    return len(calls)
 
 
 def _failures_anywhere(bad: list[str]) -> list[str]:
@@ -134,6 +155,8 @@ def _assert_ok(out: dict) -> None:
         assert bad == [], (case, bad)
     for what, verdicts in out["planted"].items():  # a planted error fails both checks
         assert verdicts["gathered"] and verdicts["distributed"], (what, verdicts)
+    # every timed part (pivot, mask, forward+backward, optimizer) ends on all ranks together
+    assert out["aligned"] == (4 if out["world"] > 1 else 0), out["aligned"]
     assert set(out["equal"]) == {f"{m} {p}" for m, p in EQUAL}
     for case, r in out["equal"].items():
         assert r["names_match"], case
