@@ -1,0 +1,93 @@
+"""scripts/campaign_merge.py on a synthetic campaign tarball: every suite merged from all the job
+folders that hold it (a journal of a job stopped early included, marked partial), finished runs
+copied without checkpoints, logs and the gate's folders put in place, each job's end reported."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from repro.results import PARTIAL_MARK, ResultSet, read_results
+from scripts.campaign_merge import main as campaign_merge
+
+
+def _rows(root: Path, suite: str, shape: str, journal: bool) -> None:
+    rs = ResultSet(suite, "A", "smoke", torch.device("cpu"))
+    if journal:
+        rs.start_journal(root)
+    for m in ("a", "b"):
+        rs.add("ours", shape, "fp32", m, 1.0, "ms", verified=True)
+    if not journal:
+        rs.write(root)
+
+
+def _campaign(tmp: Path) -> Path:
+    p = tmp / "src" / ".persist"
+    _rows(p / "r" / "e2e-w1", "fast_figure3_e2e", "smoke w1", journal=False)
+    _rows(p / "r" / "e2e-w2", "fast_figure3_e2e", "smoke w2", journal=True)  # stopped early
+    run = p / "r" / "glue" / "cpu" / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"status": "finished", "finished_at": "t1"}))
+    (run / "model.pt").write_bytes(b"weights")
+    stale = p / "r" / "glue-b" / "cpu" / "runs" / "r1"  # another job's copy of the stored, older run
+    stale.mkdir(parents=True)
+    (stale / "summary.json").write_text(json.dumps({"status": "finished", "finished_at": "t0"}))
+    unfinished = p / "r" / "glue" / "cpu" / "runs" / "r2"
+    unfinished.mkdir(parents=True)
+    (unfinished / "summary.json").write_text(json.dumps({"status": "running"}))
+    gate = p / "r" / "gate" / "results" / "benchmarks" / "cpu" / "gate-check"
+    gate.mkdir(parents=True)
+    (gate / "summary.json").write_text("{}")
+    (p / "r" / "gate" / "aa_vs_committed.log").write_text("PASSED\n")
+    logs = p / "queue" / "logs"
+    logs.mkdir(parents=True)
+    for name in ("e2e-w1", "e2e-w2", "gate"):
+        (logs / f"{name}.log").write_text(f"log of {name}\n")
+    states = [
+        {"name": "e2e-w1", "state": "done", "rc": 0},
+        {"name": "e2e-w2", "state": "done", "rc": 1},
+        {"name": "glue", "state": "running"},
+        {"name": "late", "state": "pending"},
+    ]
+    (p / "queue" / "status.json").write_text(json.dumps(states))
+    out = tmp / "campaign.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        tar.add(p, arcname=".persist")
+    return out
+
+
+def test_campaign_merge_puts_everything_in_place(tmp_path: Path, capsys) -> None:
+    into = tmp_path / "results"
+    assert campaign_merge([str(_campaign(tmp_path)), "abc1234", "--into", str(into), "--no-plot"]) == 0
+    df = read_results(into / "cpu" / "fast_figure3_e2e.csv")
+    assert sorted(set(df["shape"])) == ["smoke w1", "smoke w2"]
+    partial = df[df["shape"] == "smoke w2"]["command"]
+    assert (
+        partial.str.endswith(PARTIAL_MARK).all()
+        and not df[df["shape"] == "smoke w1"]["command"].str.endswith(PARTIAL_MARK).any()
+    )
+    assert sorted(p.name for p in (into / "cpu" / "runs").iterdir()) == ["r1"]
+    assert not (into / "cpu" / "runs" / "r1" / "model.pt").exists()
+    assert json.loads((into / "cpu" / "runs" / "r1" / "summary.json").read_text())["finished_at"] == "t1"
+    camp = into / "cpu" / "campaign-abc1234"
+    assert sorted(p.name for p in camp.iterdir()) == ["e2e-w1.log", "e2e-w2.log", "gate.log", "status.json"]
+    gate = into / "benchmarks" / "cpu" / "gate-abc1234"
+    assert (gate / "gate-check" / "summary.json").exists() and (gate / "aa_vs_committed.log").exists()
+    assert (gate / "gate_job.log").read_text() == "log of gate\n"
+    out = capsys.readouterr().out
+    for line in ("job e2e-w1: finished", "job e2e-w2: failed (exit 1)", "job glue: cut by", "job late: never started"):
+        assert line in out, out
+
+
+def test_campaign_merge_refuses_a_member_outside_the_folder(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.tar.gz"
+    evil = tmp_path / "evil.txt"
+    evil.write_text("x")
+    with tarfile.open(bad, "w:gz") as tar:
+        tar.add(evil, arcname="../evil.txt")
+    with pytest.raises(SystemExit, match="refusing member"):
+        campaign_merge([str(bad), "abc1234", "--into", str(tmp_path / "results"), "--no-plot"])
