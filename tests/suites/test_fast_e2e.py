@@ -266,6 +266,9 @@ def test_rows_of_several_world_sizes_stay_apart_and_scale_per_block():
     assert {"map-neo-7b-cut4of30 w1", "map-neo-7b-cut12of30 w4"} <= set(table["model"])
     assert table["pattern"].str.startswith("scaling: fast").sum() == 2
     assert suite.scaling(df[df["shape"].str.endswith("w1")]).empty  # one world size: no scaling rows
+    # an interval run at world 1 only (the multi-GPU jobs run every=1): no scaling rows of its own
+    w1 = df[df["shape"].str.endswith("w1") & (df["method"] != "setup")].assign(variant="TBS(4) every=10")
+    assert set(suite.scaling(pd.concat([df, w1]))["variant"]) == {"TBS(4) every=1"}
 
 
 def test_compiled_baseline_masks_allow_a_graph_per_piece_shape():
