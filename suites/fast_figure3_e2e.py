@@ -417,43 +417,83 @@ def summary(df: pd.DataFrame) -> str:
 
 
 def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
-    """Per model and interval: FAST's step-time speedup over each baseline per pattern (log), the
-    paper's 10.40x / 1.56x as dashed lines (labelled with whether they are comparable)."""
+    """One row per model: per world size and interval, FAST's step-time speedup over each baseline
+    per pattern (log), the paper's 10.40x / 1.56x as dashed lines (labelled with whether they are
+    comparable); where the model ran at several world sizes, a last panel with each method's pivot
+    and mask-generation time per block against the world size (median over the patterns)."""
     from repro.plots import PALETTE, grouped_bars, new_figure, save
 
     table = compare(df)
     table = table[table["pattern"].isin(FLEX_PATTERNS)] if len(table) else table
-    panels = list(dict.fromkeys(zip(table["model"], table["every"], strict=True))) if len(table) else []
-    fig, axes = new_figure(ncols=max(1, len(panels)), width=4.6)
+    setups = _setup(df)
+    scale = scaling(df)
+    rows: dict[str, list[tuple[str, int]]] = {}
+    if len(table):
+        keys = dict.fromkeys(zip(table["model"], table["every"], strict=True))
+        order = sorted(keys, key=lambda k: (base_model(k[0]), setups.get(k[0], {}).get("world_size", 0), k[1]))
+        for model, every in order:
+            rows.setdefault(base_model(model), []).append((model, int(every)))
+    scaled = set(scale["model"]) if len(scale) else set()
+    ncols = max([len(v) + (m in scaled) for m, v in rows.items()] or [1])
+    fig, axes = new_figure(ncols=ncols, width=4.6, nrows=max(1, len(rows)))
     paper = load_paper(PAPER_ARTIFACT, PAPER)
     pp = paper[paper["shape"] == PAPER_MODEL].set_index("metric")["value"]
-    setups = _setup(df)
-    for ax, (model, every) in zip(axes, panels, strict=False):
-        sub = table[(table["model"] == model) & (table["every"] == every)]
-        series = {
-            "vs PyTorch impl.": list(sub["fast_vs_torch"]),
-            "vs Vegeta-based": list(sub["fast_vs_vegeta"]),
-            "vs SR-STE 2:4": list(sub["fast_vs_srste"]),
-        }
-        if "fast_radix_vs_torch" in sub and sub["fast_radix_vs_torch"].notna().any():
-            series["radix pivot, vs PyTorch impl."] = list(sub["fast_radix_vs_torch"])
-        grouped_bars(
-            ax,
-            list(sub["pattern"]),
-            series,
-            ylabel="FAST training-step speedup (x, log)",
-            title=f"{model}, world {setups.get(model, {}).get('world_size', 0):.0f}, masks every {every}",
-            log=True,
-        )
-        tag = "" if not not_comparable_reason(model, setups.get(model, {})) else " (not comparable)"
-        for i, key in enumerate(("e2e_speedup_vs_pytorch", "e2e_speedup_vs_vegeta")):
-            if key in pp:
-                ax.axhline(pp[key], color=PALETTE[i], linestyle="--", linewidth=1, label=f"paper {pp[key]:g}x{tag}")
-        ax.axhline(1.0, color="black", linewidth=0.6)
-        ax.legend(fontsize=7, loc="upper left")
+    for r, (base, panels) in enumerate(rows.items()):
+        row_axes = axes[r * ncols : (r + 1) * ncols]
+        for ax, (model, every) in zip(row_axes, panels, strict=False):
+            sub = table[(table["model"] == model) & (table["every"] == every)]
+            series = {
+                "vs PyTorch impl.": list(sub["fast_vs_torch"]),
+                "vs Vegeta-based": list(sub["fast_vs_vegeta"]),
+                "vs SR-STE 2:4": list(sub["fast_vs_srste"]),
+            }
+            if "fast_radix_vs_torch" in sub and sub["fast_radix_vs_torch"].notna().any():
+                series["radix pivot, vs PyTorch impl."] = list(sub["fast_radix_vs_torch"])
+            world = setups.get(model, {}).get("world_size", 0)
+            grouped_bars(
+                ax,
+                list(sub["pattern"]),
+                series,
+                ylabel="FAST training-step speedup (x, log)",
+                title=f"{model.split(' w')[0]}, {world:.0f} GPU{'s' if world != 1 else ''}, masks every {every}",
+                log=True,
+            )
+            tag = "" if not not_comparable_reason(model, setups.get(model, {})) else " (not comparable)"
+            for i, key in enumerate(("e2e_speedup_vs_pytorch", "e2e_speedup_vs_vegeta")):
+                if key in pp:
+                    ax.axhline(pp[key], color=PALETTE[i], linestyle="--", linewidth=1, label=f"paper {pp[key]:g}x{tag}")
+            ax.axhline(1.0, color="black", linewidth=0.6)
+            ax.legend(fontsize=7, loc="upper left")
+        used = len(panels)
+        if base in scaled:
+            _plot_scaling(row_axes[used], scale[scale["model"] == base], base, PALETTE)
+            used += 1
+        for ax in row_axes[used:]:
+            ax.set_visible(False)
     dev, prof = df["device"].iloc[0], df["profile"].iloc[0]
     fig.suptitle(f"{TITLE}  [{dev}, {prof}]", fontsize=9)
     return save(fig, stem)
+
+
+def _plot_scaling(ax, scale: pd.DataFrame, model: str, palette: list[str]) -> None:
+    """Pivot (solid) and mask generation (dashed) time per block against the world size, per
+    method, median over the patterns of the interval every=1 (or the smallest run)."""
+    every = min(scale["variant"].str.split("every=").str[1].astype(int))
+    sub = scale[scale["variant"].str.endswith(f"every={every}")]
+    for i, (method, g) in enumerate(sub.groupby("method", sort=False)):
+        med = g.groupby("world")[["pivot_ms_per_block", "mask_ms_per_block"]].median()
+        color = palette[i % len(palette)]
+        if (med["pivot_ms_per_block"] > 1e-3).any():  # SR-STE's 2:4 needs no pivot
+            ax.plot(med.index, med["pivot_ms_per_block"], marker="o", color=color, label=f"{method} pivot")
+        ax.plot(med.index, med["mask_ms_per_block"], marker="s", linestyle="--", color=color, label=f"{method} mask")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(sorted(sub["world"].unique()))
+    ax.set_xticklabels([f"{w:.0f}" for w in sorted(sub["world"].unique())])
+    ax.set_xlabel("GPUs (tensor parallel)")
+    ax.set_ylabel("ms per block per step (log)")
+    ax.set_title(f"{model}: scaling, masks every {every} (median over patterns)")
+    ax.legend(fontsize=6, ncol=2, loc="best")
 
 
 def verdict(df: pd.DataFrame) -> Verdict:

@@ -352,3 +352,37 @@ def test_masks_act_straight_through_on_dense_weights():
     finally:
         if created:
             dist.destroy_process_group()
+
+
+def _rows_at(world: int, layers: int) -> list[dict]:
+    """Step rows of every method and pattern (every=1) of one launch, with its setup rows."""
+    from suites import fast_figure3_e2e as suite
+
+    label = suite.model_label("map-neo-7b", layers, 28, world)
+    common = dict(shape=label, device="cpu", profile="smoke")
+    rows = [
+        dict(method="setup", variant="", metric=m, value=v, **common)
+        for m, v in (("world_size", world), ("layers", layers), ("paper_layers", 28))
+    ]
+    for method, pattern in suite.cases():
+        variant = "dense" if method == "dense" else f"{pattern} every=1"
+        for part, ms in (("fwd_bwd", 50.0), ("mask", 5.0 / world), ("pivot", 2.0 / world), ("optimizer", 3.0)):
+            rows.append(dict(method=method, variant=variant, metric=f"{part}_ms", value=ms, **common))
+        rows.append(dict(method=method, variant=variant, metric="step_ms", value=60.0 / world, **common))
+    return rows
+
+
+def test_plot_has_a_row_per_model_and_a_scaling_panel(monkeypatch, tmp_path):
+    """Runs at world 1 and 2 merged: one row of panels for the model, a panel per world size, then
+    the scaling panel (pivot and mask per block against the world size); nothing in one long row."""
+    import pandas as pd
+
+    import repro.plots
+    from suites import fast_figure3_e2e as suite
+
+    figs = []
+    monkeypatch.setattr(repro.plots, "save", lambda fig, stem: figs.append(fig) or [])
+    suite.plot(pd.DataFrame(_rows_at(1, 4) + _rows_at(2, 8)), tmp_path / "fig")
+    titles = [ax.get_title() for ax in figs[0].axes if ax.get_visible()]
+    assert len(titles) == 3, titles
+    assert "1 GPU, masks every 1" in titles[0] and "2 GPUs" in titles[1] and "scaling" in titles[2]
