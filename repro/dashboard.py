@@ -18,6 +18,7 @@ import html
 import inspect
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -72,6 +73,14 @@ rows.forEach(function(r){body.appendChild(r);});});});});
 
 def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
+
+
+def _prose(x: object) -> str:
+    """Docstring prose as HTML: escaped, reST inline literals (double backticks) and Markdown
+    ones (single) as <code>, not shown as backticks."""
+    text = _e(x)
+    text = re.sub(r"``(.+?)``", r"<code>\1</code>", text)
+    return re.sub(r"(?<![`\w])`([^`]+?)`(?![`\w])", r"<code>\1</code>", text)
 
 
 def _fmt(v: object) -> str:
@@ -206,10 +215,10 @@ def _suite_page(name: str, mod, df: pd.DataFrame, figures_dir: Path, out: Path) 
     body = [
         f"<p>{_e(mod.PAPER)} {_e(mod.ARTIFACT)}. Rebuild: <code>snakemake {_e(name)}</code> "
         f"(or <code>python -m repro run {_e(name)}</code>).</p>",
-        f"<p>{_e(_first_paragraph(mod.__doc__))}</p>",
-        *([f"<p class='smoke'><b>Reduced scale.</b> {_e(mod.SCALE)}</p>"] if getattr(mod, "SCALE", "") else []),
+        f"<p>{_prose(_first_paragraph(mod.__doc__))}</p>",
+        *([f"<p class='smoke'><b>Reduced scale.</b> {_prose(mod.SCALE)}</p>"] if getattr(mod, "SCALE", "") else []),
         "<h2>Correctness checks that gate the numbers</h2>",
-        "<ul>" + "".join(f"<li>{_e(c)}</li>" for c in getattr(mod, "CHECKS", ())) + "</ul>",
+        "<ul>" + "".join(f"<li>{_prose(c)}</li>" for c in getattr(mod, "CHECKS", ())) + "</ul>",
         "<p>A failed check stops the run and writes nothing. A row says <code>verified=True</code> only "
         "where a check of its own output ran in the same run and passed (for a time: the output of the "
         "timed call itself); rows that no check stands behind say <code>verified=False</code>.</p>",

@@ -83,6 +83,23 @@ def test_pages_exist(site: Path) -> None:
     assert re.search(r"<strong>\d+ of \d+ artifacts with numbers reproduced</strong>", index)
 
 
+def test_inline_literals_render_as_code(tmp_path: Path, monkeypatch) -> None:
+    """Suite descriptions and check lists are docstring prose: their ``literals`` become <code>,
+    no page shows backticks."""
+    import suites.table2
+    from repro.dashboard import _prose
+
+    assert _prose("a ``x<y`` and `z`") == "a <code>x&lt;y</code> and <code>z</code>"
+    monkeypatch.setattr(suites.table2, "__doc__", "Masks by ``transposable_mask(w)``, checked.\n\nMore.")
+    monkeypatch.setattr(suites.table2, "CHECKS", ("``nm_mask`` equals the reference",))
+    out = tmp_path / "site"
+    build_site(FIXTURE / "results", FIXTURE / "figures", out)
+    for page in out.glob("*.html"):
+        assert "``" not in page.read_text(encoding="utf-8"), page.name
+    text = (out / "table2.html").read_text(encoding="utf-8")
+    assert "<code>transposable_mask(w)</code>" in text and "<li><code>nm_mask</code> equals" in text
+
+
 def test_links_resolve_and_offline(site: Path) -> None:
     pages = sorted(site.glob("*.html"))
     assert len(pages) == 3
