@@ -552,6 +552,25 @@ def _agree(got: torch.Tensor, want: torch.Tensor, w: torch.Tensor, pattern: Patt
     return bool(torch.allclose(kept[0], kept[1], rtol=1e-6, atol=0.0))
 
 
+def _f32(x: float) -> float:
+    """``x`` rounded to float32 (pivots and tie shares live in float32 on the device)."""
+    return float(torch.tensor(x, dtype=torch.float32))
+
+
+def _mask_failures(trainer: TPTrainer, rank: int, masks: list, want: list, pieces: list) -> list[str]:
+    """One line per piece of ``rank`` whose mask does not agree with the reference's (``_agree``:
+    equal, or within the tolerance of fused Triton / compiled forms)."""
+    masker = trainer.masker
+    assert masker is not None
+    exact = not (masker.compiled or (masker.method == "fast" and masker.pieces[0].is_cuda))
+    names = list(trainer.linears)
+    return [
+        f"rank {rank}: {masker.method} mask of {names[i]} differs from the reference"
+        for i, (m, ref, w) in enumerate(zip(masks, want, pieces, strict=True))
+        if not _agree(m, ref, w, masker.pattern, exact)
+    ]
+
+
 def gather_check_masks(trainer: TPTrainer, density: float = 0.5) -> list[str]:
     """Regenerate the masks once and check them against the single-process reference: every
     rank's pieces and masks are gathered on rank 0 of the pivot group (in this check only), the
@@ -612,22 +631,18 @@ def check_masks(trainer: TPTrainer, density: float = 0.5) -> list[str]:
             dist.all_reduce(counts, group=masker.group)
         k = round(density * int(n))
         gt, eq = counts.tolist()
-        as_f32 = float(torch.tensor(pivot, dtype=torch.float32))  # |w| are float32: so is the k-th
-        exact = pivot == float("inf") if k == 0 else (gt < k <= gt + eq and as_f32 == pivot)
+        # |w| are float32: so is the k-th largest
+        exact = pivot == float("inf") if k == 0 else (gt < k <= gt + eq and _f32(pivot) == pivot)
         if not exact:
             bad.append(f"rank {rank}: pivot {pivot} is not the k-th largest |w| (k = {k}; {gt} above it, {eq} at it)")
         ref_tie = 1.0 if eq == 0 else min(1.0, max(0.0, (k - gt) / eq))
-        if float(torch.tensor(tie, dtype=torch.float32)) != float(torch.tensor(ref_tie, dtype=torch.float32)):
+        if _f32(tie) != _f32(ref_tie):
             bad.append(f"rank {rank}: tie share {tie} != exact {ref_tie}")
         want = [
             flex_mask_reference(w, masker.pattern, density, masker.method, fast_seed(rank, i), pivot, ref_tie)
             for i, w in enumerate(pieces)
         ]
-    exact_masks = not (masker.compiled or (masker.method == "fast" and pieces[0].is_cuda))
-    for i, (m, ref, w) in enumerate(zip(masks, want, pieces, strict=True)):
-        if not _agree(m, ref, w, masker.pattern, exact_masks):
-            bad.append(f"rank {rank}: {masker.method} mask of {list(trainer.linears)[i]} differs from the reference")
-    return bad
+    return bad + _mask_failures(trainer, rank, masks, want, pieces)
 
 
 def _check_gathered(trainer: TPTrainer, got: list, density: float, device: torch.device) -> list[str]:
@@ -638,14 +653,7 @@ def _check_gathered(trainer: TPTrainer, got: list, density: float, device: torch
     want, ref_pivot, ref_tie = reference_masks(pieces, masker.method, masker.pattern, density)
     bad = []
     for r, (_, ms, p, t) in enumerate(got):
-        if masker.needs_pivot and (p, float(torch.tensor(t, dtype=torch.float32))) != (
-            ref_pivot,
-            float(torch.tensor(ref_tie, dtype=torch.float32)),
-        ):
+        if masker.needs_pivot and (p, _f32(t)) != (ref_pivot, _f32(ref_tie)):
             bad.append(f"rank {r}: pivot/tie ({p}, {t}) != exact ({ref_pivot}, {ref_tie})")
-        exact = not (masker.compiled or (masker.method == "fast" and masker.pieces[0].is_cuda))
-        for i, (m, ref, w) in enumerate(zip(ms, want[r], pieces[r], strict=True)):
-            if not _agree(m, ref, w, masker.pattern, exact):
-                name = list(trainer.linears)[i]
-                bad.append(f"rank {r}: {masker.method} mask of {name} differs from the reference")
+        bad += _mask_failures(trainer, r, ms, want[r], pieces[r])
     return bad

@@ -38,7 +38,10 @@ def unpack(tarball: Path, into: Path) -> Path:
         for m in tar.getmembers():
             if m.name.startswith("/") or ".." in Path(m.name).parts or not (m.isfile() or m.isdir()):
                 raise SystemExit(f"{tarball}: refusing member {m.name!r}")
-        tar.extractall(into, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(into)
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.12: refuse links, devices, odd modes too
+            tar.extractall(into, filter="data")
+        else:
+            tar.extractall(into)
     return into / ".persist"
 
 
