@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--into", type=Path, default=Path("results"))
     ap.add_argument("--no-plot", action="store_true", help="do not redraw the merged suites' figures")
     args = ap.parse_args(argv)
+    args.sha = args.sha[:7]  # folder names: the short commit, as the rest of results/
     with tempfile.TemporaryDirectory(prefix="campaign_") as tmp:
         persist = unpack(args.tarball, Path(tmp))
         results = persist / "r"

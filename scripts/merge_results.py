@@ -13,7 +13,9 @@ the stored rows of the other shapes, each with the commit it was measured at.
 ``--partial``: a part whose run stopped before its end (no ``<suite>.csv``) contributes the rows
 it finished, from its journal ``<suite>.<profile>.partial`` (``repro.results.ResultSet.
 start_journal``), each marked as such in its ``command``; use it with ``--keep-other-shapes``
-so that the stored rows of what the run did not reach stay.
+so that the stored rows of what the run did not reach stay. Whenever a part is such a journal,
+the stored rows whose key no part re-measured stay too (each with its own commit): a run cut
+before its last row must not delete the older rows of what it never reached.
 """
 
 from __future__ import annotations
@@ -31,17 +33,18 @@ KEY = ["method", "variant", "shape", "dtype", "metric"]
 
 
 def _part(root: Path, suite: str, partial: bool) -> pd.DataFrame:
-    """A part's rows: its results file, or (``partial``) the journal of a run that stopped early."""
+    """A part's rows: its results file, or (``partial``) the journal of a run that stopped early
+    (those rows carry ``_journal`` = True)."""
     found = sorted(root.glob(f"*/{suite}.csv"))
     journals = sorted(root.glob(f"*/{suite}.*{JOURNAL_SUFFIX}")) if partial else []
     if len(found) == 1 and not journals:
-        return read_results(found[0]).assign(_slug=found[0].parent.name)
+        return read_results(found[0]).assign(_slug=found[0].parent.name, _journal=False)
     if not found and len(journals) == 1:
         df = read_journal(journals[0])
         if df.empty:
             raise SystemExit(f"{journals[0]}: the run stopped before it finished any row")
         print(f"{root}: {len(df)} rows of a partial run ({journals[0].name})")
-        return df.assign(_slug=journals[0].parent.name)
+        return df.assign(_slug=journals[0].parent.name, _journal=True)
     hint = "" if partial else " (a run that stopped early: --partial takes its journal)"
     raise SystemExit(
         f"{root}: expected one */{suite}.csv{' or one journal' if partial else ''}, found "
@@ -62,7 +65,8 @@ def merge(suite: str, parts: list[Path], into: Path, keep_other_shapes: bool = F
     if len(dup):
         raise SystemExit(f"{len(dup)} rows share a key across parts, e.g.\n{dup[KEY].head().to_string()}")
     slug, profile = new["_slug"].iloc[0], new["profile"].iloc[0]
-    new = new.drop(columns="_slug")
+    from_journal = bool(new["_journal"].any())
+    new = new.drop(columns=["_slug", "_journal"])
     path = into / slug / f"{suite}.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
     with locked(path):
@@ -71,6 +75,9 @@ def merge(suite: str, parts: list[Path], into: Path, keep_other_shapes: bool = F
             drop = old["profile"] == profile
             if keep_other_shapes:  # a part re-ran some shapes: the others keep their older rows
                 drop &= old["shape"].isin(set(new["shape"])) | (old["method"] == "ceiling")
+            if from_journal:  # a run cut early: only the rows it re-measured replace stored ones
+                remeasured = pd.MultiIndex.from_frame(new[KEY].astype(str))
+                drop &= pd.MultiIndex.from_frame(old[KEY].astype(str)).isin(remeasured)
             new = pd.concat([old[~drop], new], ignore_index=True)
         write_atomic(new, path)
     return path

@@ -91,3 +91,29 @@ def test_campaign_merge_refuses_a_member_outside_the_folder(tmp_path: Path) -> N
         tar.add(evil, arcname="../evil.txt")
     with pytest.raises(SystemExit, match="refusing member"):
         campaign_merge([str(bad), "abc1234", "--into", str(tmp_path / "results"), "--no-plot"])
+
+
+def test_a_cut_run_keeps_the_stored_rows_it_never_reached(tmp_path: Path) -> None:
+    """A suite whose only job was cut (journal): its finished rows replace the stored ones of the
+    same key, every other stored row stays with its older commit (the GLUE sweep of campaign
+    be79020 was cut after three of its five rows and had replaced the whole file)."""
+    into = tmp_path / "results"
+    stored = ResultSet("glue", "A", "smoke", torch.device("cpu"))
+    for m in ("a", "b", "c"):
+        stored.add("ours", "s", "fp32", m, 0.0, "ms", verified=True)
+    stored.write(into)
+    p = tmp_path / "src" / ".persist"
+    _rows(p / "r" / "glue", "glue", "s", journal=True)  # re-measured a and b, cut before c
+    (p / "queue").mkdir(parents=True)
+    (p / "queue" / "status.json").write_text(json.dumps([{"name": "glue", "state": "running"}]))
+    tarball = tmp_path / "c.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(p, arcname=".persist")
+    sha = "be790206cb67b18d8cdef6f9c69c52eecb6b4eac"
+    assert campaign_merge([str(tarball), sha, "--into", str(into), "--no-plot"]) == 0
+    df = read_results(into / "cpu" / "glue.csv").set_index("metric")
+    assert sorted(df.index) == ["a", "b", "c"]
+    assert df.loc[["a", "b"], "value"].tolist() == [1.0, 1.0] and df.loc["c", "value"] == 0.0
+    assert df.loc[["a", "b"], "command"].str.endswith(PARTIAL_MARK).all()
+    assert not str(df.loc["c", "command"]).endswith(PARTIAL_MARK)
+    assert (into / "cpu" / "campaign-be79020").is_dir()
