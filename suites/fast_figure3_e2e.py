@@ -357,6 +357,10 @@ def _radix_columns(df: pd.DataFrame, model: str, variant: str, sel: pd.Series) -
     }
 
 
+NO_PIVOT = frozenset({"srste"})
+"""Methods whose masks need no pivot (SR-STE's fixed 2:4): no pivot time in the scaling rows."""
+
+
 def scaling(df: pd.DataFrame) -> pd.DataFrame:
     """Per model (cut and world aside), method, pattern and interval: mask generation and pivot
     time per block at each world size, and their speedup over world 1 (per block, since the 7B
@@ -393,11 +397,31 @@ def scaling(df: pd.DataFrame) -> pd.DataFrame:
         one = g[g["world"] == 1]
         for _, r in g.sort_values("world").iterrows():
             r = r.to_dict()
+            if r["method"] in NO_PIVOT:  # its pivot part times only the ranks' alignment
+                r["pivot_ms_per_block"] = float("nan")
             for m in ("mask", "pivot"):
                 base = float(one[f"{m}_ms_per_block"].iloc[0]) if len(one) else float("nan")
                 r[f"{m}_speedup_vs_world1"] = base / r[f"{m}_ms_per_block"] if r[f"{m}_ms_per_block"] else float("nan")
             out.append(r)
     return pd.DataFrame(out)
+
+
+def scaling_text(df: pd.DataFrame) -> str:
+    """Per model run at several world sizes: each method's pivot and mask-generation time per block
+    at the largest world against world 1 (median over the patterns of the every-step interval)."""
+    t = scaling(df)
+    if t.empty:
+        return ""
+    parts = []
+    for model, g in t.groupby("model", sort=False):
+        g = g[g["variant"].str.endswith("every=1")]
+        top = g["world"].max()
+        at = g[g["world"] == top].groupby("method", sort=False)[["pivot_speedup_vs_world1", "mask_speedup_vs_world1"]]
+        med = at.median()
+        pivot = ", ".join(f"{m} {v:.2f}x" for m, v in med["pivot_speedup_vs_world1"].dropna().items())
+        mask = ", ".join(f"{m} {v:.2f}x" for m, v in med["mask_speedup_vs_world1"].dropna().items())
+        parts.append(f"{model}, 1 -> {top:.0f} GPUs, per block: pivot {pivot}; mask generation {mask}")
+    return "; ".join(parts)
 
 
 def summary(df: pd.DataFrame) -> str:
@@ -412,8 +436,10 @@ def summary(df: pd.DataFrame) -> str:
         if "fast_radix_vs_torch" in r and r["fast_radix_vs_torch"] == r["fast_radix_vs_torch"]
         else ""
     )
+    world = _setup(df).get(r["model"], {}).get("world_size", float("nan"))
+    gpus = f" on {world:.0f} GPU{'s' if world != 1 else ''}" if world == world else ""
     return (
-        f"{r['model']}, masks every step: FAST vs PyTorch {r['fast_vs_torch']:.3g}x, vs Vegeta-based "
+        f"{r['model']}{gpus}, masks every step: FAST vs PyTorch {r['fast_vs_torch']:.3g}x, vs Vegeta-based "
         f"{r['fast_vs_vegeta']:.3g}x{radix} (paper, 7B on 8 A800s: 10.40x / 1.56x)"
     )
 
@@ -485,7 +511,7 @@ def _plot_scaling(ax, scale: pd.DataFrame, model: str, palette: list[str]) -> No
     for i, (method, g) in enumerate(sub.groupby("method", sort=False)):
         med = g.groupby("world")[["pivot_ms_per_block", "mask_ms_per_block"]].median()
         color = palette[i % len(palette)]
-        if (med["pivot_ms_per_block"] > 1e-3).any():  # SR-STE's 2:4 needs no pivot
+        if med["pivot_ms_per_block"].notna().any():  # SR-STE's 2:4 needs no pivot (NO_PIVOT)
             ax.plot(med.index, med["pivot_ms_per_block"], marker="o", color=color, label=f"{method} pivot")
         ax.plot(med.index, med["mask_ms_per_block"], marker="s", linestyle="--", color=color, label=f"{method} mask")
     ax.set_xscale("log", base=2)
@@ -521,4 +547,7 @@ def verdict(df: pd.DataFrame) -> Verdict:
             for ours, paper in ((r["fast_vs_torch"], 10.40), (r["fast_vs_vegeta"], 1.56)):
                 verdicts.append(ratio_verdict(ours, paper, 0.15, "A800 vs ours"))
             notes.append(said)
+    scale = scaling_text(df)
+    if scale:
+        notes.append(f"scaling (speedup over 1 GPU): {scale}")
     return Verdict(worst(verdicts), "; ".join(notes))

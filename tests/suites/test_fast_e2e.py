@@ -253,7 +253,7 @@ def test_rows_of_several_world_sizes_stay_apart_and_scale_per_block():
         assert suite.base_model(label) == "map-neo-7b"
         for metric, value in (("world_size", world), ("layers", layers), ("paper_layers", 30)):
             rows.append(dict(method="setup", shape=label, variant="", metric=metric, value=value))
-        for method in ("torch", "fast"):
+        for method in ("torch", "fast", "srste"):
             for metric, value in (("mask_ms", mask), ("pivot_ms", pivot), ("step_ms", 100.0 * layers)):
                 rows.append(dict(method=method, shape=label, variant="TBS(4) every=1", metric=metric, value=value))
     df = pd.DataFrame(rows)
@@ -262,6 +262,11 @@ def test_rows_of_several_world_sizes_stay_apart_and_scale_per_block():
     assert list(fast.index) == [1, 4]
     assert fast.loc[4, "mask_ms_per_block"] == 0.5 and fast.loc[1, "mask_ms_per_block"] == 2.0
     assert fast.loc[4, "mask_speedup_vs_world1"] == 4.0 and fast.loc[4, "pivot_speedup_vs_world1"] == 2.0
+    # SR-STE's 2:4 needs no pivot: its "pivot" part times only the ranks' alignment (campaign
+    # be79020: 0.1 ms at world 2, a "0.03x pivot scaling"), so it has no pivot time to scale
+    srste = t[t["method"] == "srste"].set_index("world")
+    assert srste["pivot_ms_per_block"].isna().all() and srste["pivot_speedup_vs_world1"].isna().all()
+    assert srste.loc[4, "mask_speedup_vs_world1"] == 4.0
     table = suite.compare(df)
     assert {"map-neo-7b-cut4of30 w1", "map-neo-7b-cut12of30 w4"} <= set(table["model"])
     assert table["pattern"].str.startswith("scaling: fast").sum() == 2
