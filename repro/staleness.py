@@ -4,11 +4,15 @@ A row carries the commit it was measured at (``git_commit``). If a later commit 
 behind the suite's numbers (its module and what it imports from this repository, transitively:
 :func:`number_sources`), the number may no longer describe what the code does today: the suite
 pages and ``repro compare`` say so, naming that commit. Plotting, the dashboard, the paper data
-and the results store produce no number, so changes to them leave results fresh. Outside a git
-checkout nothing can be told (shown as unknown)."""
+and the results store produce no number, so changes to them leave results fresh. Inside the suite's
+own module the same holds for its report: the functions the CLI and the dashboard call on stored
+rows (:data:`REPORT_ENTRY_POINTS`) and the definitions only they reach; a change confined to them
+(or to docstrings) leaves the rows fresh (:func:`measured_part`). Outside a git checkout nothing can
+be told (shown as unknown)."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -25,6 +29,64 @@ def number_sources(suite: str) -> tuple[str, ...]:
     """The files behind ``suite``'s numbers (:func:`repro.deps.suite_sources`) less the recording
     code and the package ``__init__`` files (which only re-export)."""
     return tuple(p for p in suite_sources(suite) if p not in RECORDING and not p.endswith("__init__.py"))
+
+
+REPORT_ENTRY_POINTS = frozenset({"compare", "plot", "verdict", "summary"})
+"""A suite module's functions that read stored rows to print, draw or judge them (never called by
+``run``): they and the definitions only they reach change no number."""
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _strip_docstrings(node: ast.AST) -> ast.AST:
+    for n in ast.walk(node):
+        body = getattr(n, "body", None)
+        first = body[0] if isinstance(n, (*_DEFS, ast.Module)) and body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            n.body = body[1:] or [ast.Pass()]
+    return node
+
+
+def measured_part(source: str) -> str:
+    """The part of a suite module that can change its numbers, as a normalised AST dump (comments,
+    formatting and docstrings dropped): every top-level statement but the report's. Report = the
+    :data:`REPORT_ENTRY_POINTS` and the definitions reachable from them that nothing else reaches,
+    where "else" is ``run``, every statement that is not a definition (imports, constants: kept
+    whoever reads them) and every definition the entry points do not reach (the CLI or the workflow
+    may call it). Conservative: a helper shared by ``run`` and ``compare`` counts as measured."""
+    body = _strip_docstrings(ast.parse(source)).body
+    names: dict[str, int] = {}
+    for i, node in enumerate(body):
+        if isinstance(node, _DEFS):
+            names[node.name] = i
+    refs = [{n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & names.keys() for node in body]
+
+    def closure(start: set[int]) -> set[int]:
+        seen, todo = set(start), list(start)
+        while todo:
+            for name in refs[todo.pop()]:
+                j = names[name]
+                if j not in seen:
+                    seen.add(j)
+                    todo.append(j)
+        return seen
+
+    entries = closure({i for n, i in names.items() if n in REPORT_ENTRY_POINTS})
+    roots = {i for i, node in enumerate(body) if not isinstance(node, _DEFS) or i not in entries}
+    roots |= {names["run"]} if "run" in names else set()
+    kept = closure(roots)
+    return "\n".join(ast.dump(body[i]) for i in sorted(kept))
+
+
+def _report_only_change(path: str, sha: str) -> bool:
+    """True when ``path`` (a suite module) differs between ``sha`` and HEAD in its report alone."""
+    old, new = git("show", f"{sha}:{path}"), git("show", f"HEAD:{path}")
+    if not old or not new:
+        return False
+    try:
+        return measured_part(old) == measured_part(new)
+    except SyntaxError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -62,6 +124,9 @@ def staleness(suite: str, commit: str) -> Staleness:
     paths = list(number_sources(suite))
     # the net change, not every commit in between: a change and its revert leave results fresh
     changed = [p for p in git("diff", "--name-only", sha, "HEAD", "--", *paths).splitlines() if p]
+    own = f"suites/{suite}.py"
+    if own in changed and _report_only_change(own, sha):  # compare / plot / verdict / summary only
+        changed.remove(own)
     newer = git("log", "-1", "--format=%h", f"{sha}..HEAD", "--", *changed) if changed else ""
     return Staleness(commit, newer, True)
 

@@ -357,15 +357,12 @@ def _radix_columns(df: pd.DataFrame, model: str, variant: str, sel: pd.Series) -
     }
 
 
-NO_PIVOT = frozenset({"srste"})
-"""Methods whose masks need no pivot (SR-STE's fixed 2:4): no pivot time in the scaling rows."""
-
-
 def scaling(df: pd.DataFrame) -> pd.DataFrame:
     """Per model (cut and world aside), method, pattern and interval: mask generation and pivot
     time per block at each world size, and their speedup over world 1 (per block, since the 7B
     cut keeps more blocks as the world grows). Empty unless some model ran at several world
     sizes (runs at different worlds are launched apart and their rows merged)."""
+    no_pivot = ("srste",)  # SR-STE's fixed 2:4 needs no pivot: no pivot time to scale
     setups = _setup(df)
     timed = df[df["metric"].isin(["mask_ms", "pivot_ms", "step_ms"]) & ~df["method"].isin(["dense", "setup"])]
     rows = []
@@ -397,7 +394,7 @@ def scaling(df: pd.DataFrame) -> pd.DataFrame:
         one = g[g["world"] == 1]
         for _, r in g.sort_values("world").iterrows():
             r = r.to_dict()
-            if r["method"] in NO_PIVOT:  # its pivot part times only the ranks' alignment
+            if r["method"] in no_pivot:  # its pivot part times only the ranks' alignment
                 r["pivot_ms_per_block"] = float("nan")
             for m in ("mask", "pivot"):
                 base = float(one[f"{m}_ms_per_block"].iloc[0]) if len(one) else float("nan")
@@ -511,7 +508,7 @@ def _plot_scaling(ax, scale: pd.DataFrame, model: str, palette: list[str]) -> No
     for i, (method, g) in enumerate(sub.groupby("method", sort=False)):
         med = g.groupby("world")[["pivot_ms_per_block", "mask_ms_per_block"]].median()
         color = palette[i % len(palette)]
-        if med["pivot_ms_per_block"].notna().any():  # SR-STE's 2:4 needs no pivot (NO_PIVOT)
+        if med["pivot_ms_per_block"].notna().any():  # SR-STE's 2:4 needs no pivot (scaling)
             ax.plot(med.index, med["pivot_ms_per_block"], marker="o", color=color, label=f"{method} pivot")
         ax.plot(med.index, med["mask_ms_per_block"], marker="s", linestyle="--", color=color, label=f"{method} mask")
     ax.set_xscale("log", base=2)

@@ -115,3 +115,85 @@ def test_a_change_and_its_revert_leave_results_fresh():
     if git("diff", "--name-only", sha, "HEAD", "--", *number_sources("table8")):
         pytest.skip("the code behind table8 changed since 8521e84: nothing to test here")
     assert not staleness("table8", sha).stale
+
+
+SUITE_SRC = '''
+"""A suite."""
+import math
+
+SCALE = 2.0
+
+
+def _shared(x):
+    return x * SCALE
+
+
+def _measure(x):
+    """How it measures."""
+    return _shared(x) + 1
+
+
+def run(ctx):
+    ctx.add(_measure(3))
+
+
+def _table(df):
+    return _shared(len(df))
+
+
+def compare(df):
+    return _table(df)
+
+
+def plot(df, stem):
+    return []
+'''
+
+
+def _edit(old: str, new: str) -> str:
+    assert old in SUITE_SRC
+    return SUITE_SRC.replace(old, new)
+
+
+def test_measured_part_ignores_the_report_and_docstrings_only():
+    """A suite module's report (compare, plot, verdict, summary and what only they reach) and its
+    docstrings change no number: editing them leaves the measured part equal; editing anything
+    ``run`` reaches, a helper shared with the report, a constant or an import does not."""
+    from repro.staleness import measured_part
+
+    base = measured_part(SUITE_SRC)
+    same = [
+        _edit("return _table(df)", "return _table(df) + 1"),  # compare
+        _edit("return _shared(len(df))", "return 2 * _shared(len(df))"),  # reached by compare only
+        _edit('"""How it measures."""', '"""How it measures, said better."""'),  # a docstring
+        _edit('"""A suite."""', '"""Another suite."""'),
+        _edit("def plot(df, stem):\n    return []", "def plot(df, stem):\n    # a comment\n    return [stem]"),
+    ]
+    for src in same:
+        assert measured_part(src) == base
+    changed = [
+        _edit("return _shared(x) + 1", "return _shared(x) + 2"),  # the run path
+        _edit("return x * SCALE", "return x * SCALE * 2"),  # shared by run and compare: measured
+        _edit("SCALE = 2.0", "SCALE = 3.0"),  # a constant, whoever reads it
+        _edit("import math", "import cmath"),
+        _edit("ctx.add(_measure(3))", "ctx.add(_measure(4))"),
+    ]
+    for src in changed:
+        assert measured_part(src) != base
+
+
+def test_a_report_only_change_leaves_results_fresh():
+    """cd94261 changed only fast_figure3_e2e's report (the scaling rows, summary and verdict) after
+    campaign be79020 measured it: its rows stay fresh, while a run-path change still stales them."""
+    from repro.provenance import git
+
+    sha = "be790206cb67b18d8cdef6f9c69c52eecb6b4eac"
+    if not git("rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}"):
+        pytest.skip("needs this repository's history")
+    changed = git("diff", "--name-only", sha, "HEAD", "--", *number_sources("fast_figure3_e2e")).split()
+    if changed != ["suites/fast_figure3_e2e.py"]:
+        pytest.skip("other code behind fast_figure3_e2e changed since be79020: nothing to test here")
+    assert not staleness("fast_figure3_e2e", sha).stale
+    # the first version of the suite is older than run-path changes since
+    first = git("log", "--reverse", "--format=%H", "--", "suites/fast_figure3_e2e.py").split("\n")[0]
+    assert staleness("fast_figure3_e2e", first).stale
