@@ -92,6 +92,8 @@ def job_states(persist: Path) -> list[tuple[str, str]]:
     for j in json.loads(status.read_text()):
         if j.get("state") == "done":
             out.append((j["name"], "finished" if j.get("rc") == 0 else f"failed (exit {j.get('rc')})"))
+        elif j.get("state") == "skipped":
+            out.append((j["name"], f"skipped ({j.get('reason', 'not run')})"))
         else:
             out.append((j["name"], words.get(j.get("state"), str(j.get("state")))))
     return out

@@ -5,7 +5,9 @@ next call follows within its idle window, and a process started in its own sessi
 call. So a campaign is: one call starts this queue detached and waits; later calls only wait and
 bring back what has finished. Each job gets whole GPUs (``CUDA_VISIBLE_DEVICES``), in the order of
 the job file, strictly first-in first-out (a job that needs 4 GPUs is not starved by later small
-ones); its output goes to ``.persist/queue/logs/<name>.log``.
+ones); its output goes to ``.persist/queue/logs/<name>.log``. A job that needs more GPUs than the
+machine has is skipped (state ``skipped``, with the reason), so one job file serves a 2- and a
+4-GPU machine.
 
 Job file: one job per line, ``name | gpus | shell command``; ``#`` starts a comment. More job files
 dropped into ``.persist/queue/inbox/`` later are appended in name order.
@@ -62,7 +64,8 @@ def serve(jobfile: Path) -> None:
     names = {j["name"] for j in jobs}
     if len(names) != len(jobs):
         raise SystemExit("job names must be unique")
-    free = list(range(_gpu_count()))
+    total = _gpu_count()
+    free = list(range(total))
     running: dict[str, tuple[subprocess.Popen, list[int], float]] = {}
     (ROOT / "logs").mkdir(parents=True, exist_ok=True)
     while True:
@@ -77,6 +80,11 @@ def serve(jobfile: Path) -> None:
                 job.update(state="done", rc=proc.returncode, seconds=round(time.time() - t0, 1))
                 free += gpus
                 del running[name]
+        for job in jobs:
+            if job["state"] == "pending" and job["gpus"] > total:
+                # more GPUs than this machine has: it could never start, and first-in first-out
+                # would hold every later job behind it for the whole lease
+                job.update(state="skipped", reason=f"needs {job['gpus']} GPUs, the machine has {total}")
         for job in jobs:
             if job["state"] != "pending":
                 continue
@@ -105,7 +113,7 @@ def wait(seconds: float) -> int:
         if line != last:
             print(time.strftime("%H:%M:%S"), line, flush=True)
             last = line
-        if jobs and all(j["state"] == "done" for j in jobs):
+        if jobs and all(j["state"] in ("done", "skipped") for j in jobs):
             return 0
         if time.time() >= t_end:
             return 1

@@ -52,6 +52,7 @@ def _campaign(tmp: Path) -> Path:
         {"name": "e2e-w2", "state": "done", "rc": 1},
         {"name": "glue", "state": "running"},
         {"name": "late", "state": "pending"},
+        {"name": "w4", "state": "skipped", "reason": "needs 4 GPUs, the machine has 2"},
     ]
     (p / "queue" / "status.json").write_text(json.dumps(states))
     out = tmp / "campaign.tar.gz"
@@ -79,7 +80,13 @@ def test_campaign_merge_puts_everything_in_place(tmp_path: Path, capsys) -> None
     assert (gate / "gate-check" / "summary.json").exists() and (gate / "aa_vs_committed.log").exists()
     assert (gate / "gate_job.log").read_text() == "log of gate\n"
     out = capsys.readouterr().out
-    for line in ("job e2e-w1: finished", "job e2e-w2: failed (exit 1)", "job glue: cut by", "job late: never started"):
+    for line in (
+        "job e2e-w1: finished",
+        "job e2e-w2: failed (exit 1)",
+        "job glue: cut by",
+        "job late: never started",
+        "job w4: skipped (needs 4 GPUs, the machine has 2)",
+    ):
         assert line in out, out
 
 

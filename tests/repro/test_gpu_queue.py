@@ -37,6 +37,22 @@ def test_queue_runs_jobs_in_order_on_disjoint_gpus(tmp_path):
     assert out.stat().st_size > 0
 
 
+def test_a_job_needing_more_gpus_than_the_machine_is_skipped_not_waited_for(tmp_path):
+    """A 4-GPU job on a 2-GPU machine (a job file written for nvidia-h200-x4, run on an x2): it is
+    skipped with its reason, and the jobs after it still run (first-in first-out would otherwise
+    hold them behind it for the whole lease)."""
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("w4 | 4 | echo w4\nw2 | 2 | echo w2\nw1 | 1 | echo w1\n")
+    env = dict(os.environ, GPU_QUEUE_GPUS="2")
+    run = dict(cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert subprocess.run([sys.executable, str(SCRIPT), "start", str(jobs)], **run).returncode == 0
+    assert subprocess.run([sys.executable, str(SCRIPT), "wait", "30"], **run).returncode == 0
+    status = {j["name"]: j for j in json.loads((tmp_path / ".persist/queue/status.json").read_text())}
+    assert status["w4"]["state"] == "skipped" and "needs 4 GPUs, the machine has 2" in status["w4"]["reason"]
+    assert status["w2"]["rc"] == 0 and status["w1"]["rc"] == 0
+    assert not (tmp_path / ".persist/queue/logs/w4.log").exists()
+
+
 def test_bad_job_line_fails_before_anything_starts(tmp_path):
     jobs = tmp_path / "jobs.txt"
     jobs.write_text("a | two | echo a\n")
