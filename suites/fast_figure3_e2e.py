@@ -3,8 +3,10 @@ regenerated on each rank's shard, FAST vs the PyTorch implementation and the Veg
 (and SR-STE 2:4, and dense), the step split into forward+backward, mask generation, pivot search
 (with its communication) and optimizer (``repro.tp_step``). FAST runs twice: ``fast`` with the
 paper's distribution-aware pivot search (``kernels.ops.pivot`` gaussian, rounds decided on the
-host: 59-180 ms per regeneration at world 1 in campaign 85d52d1, against 16-78 ms for the
-baselines' gathered top-k, which makes FAST's step slower than theirs), and ``fast_radix`` with
+host: 51-70 ms per regeneration at 460M and 206-209 ms at 7B-cut7 on one H100 in campaign
+be79020, against 15 and 86 ms for the baselines' gathered top-k; on two GPUs 45-49 and 169-173 ms
+against 17 and 148 ms: FAST's pivot scales with the GPUs, the gathered top-k does not, but at two
+it is still the slower), and ``fast_radix`` with
 the same masks from an exact device radix select whose digit histograms are all-reduced
 (``kernels.ops.pivot_radix``: no weights gathered, no host round trip), so the table shows what
 the pivot search costs FAST. The headline ratios are ``fast``'s.
