@@ -391,3 +391,23 @@ def test_plot_has_a_row_per_model_and_a_scaling_panel(monkeypatch, tmp_path):
     titles = [ax.get_title() for ax in figs[0].axes if ax.get_visible()]
     assert len(titles) == 3, titles
     assert "1 GPU, masks every 1" in titles[0] and "2 GPUs" in titles[1] and "scaling" in titles[2]
+
+
+def test_compare_gives_the_geometric_mean_beside_the_average():
+    """One slow baseline pattern dominates the arithmetic mean of the per-pattern speedups (7B-cut11
+    on 2 GPUs, be79020: 3.20x average, 1.90x geometric mean): both rows are in the table."""
+    import math
+
+    import pandas as pd
+
+    from suites import fast_figure3_e2e as suite
+
+    label = suite.model_label("map-neo-7b", 4, 30, 1)
+    rows = [dict(method="setup", shape=label, variant="", metric=m, value=v) for m, v in
+            (("world_size", 1), ("layers", 4), ("paper_layers", 30))]  # fmt: skip
+    for pattern, torch_ms in (("TBS(4)", 100.0), ("TBS(8)", 1000.0)):
+        for method, ms in (("fast", 100.0), ("torch", torch_ms), ("vegeta", torch_ms)):
+            rows.append(dict(method=method, shape=label, variant=f"{pattern} every=1", metric="step_ms", value=ms))
+    t = suite.compare(pd.DataFrame(rows)).set_index("pattern")
+    assert t.loc["average (ours)", "fast_vs_torch"] == 5.5
+    assert math.isclose(t.loc["geometric mean (ours)", "fast_vs_torch"], math.sqrt(10.0))
