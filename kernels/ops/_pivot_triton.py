@@ -19,7 +19,41 @@ INFO_LEN = 3  # after the bins, the select kernel writes: non-finite count, #(|w
 COUNTS_LEN = HIST_LEN + INFO_LEN
 NONFINITE, GT, EQ = HIST_LEN, HIST_LEN + 1, HIST_LEN + 2
 BLOCK = 4096  # values per block of the histogram kernels
+SAMPLES = (1, 16, 32, 64)  # read one 16-value sector in every SAMPLE (1: every value)
 _MAX_PROGRAMS = 1024
+
+
+@triton.jit
+def _slot(g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7):
+    # the tensor that global block g falls in (``tensor_slots``' layout): pointer, size, first block
+    x, n, start = x0, n0, 0
+    if g >= s1:
+        x, n, start = x1, n1, s1
+    if g >= s2:
+        x, n, start = x2, n2, s2
+    if g >= s3:
+        x, n, start = x3, n3, s3
+    if g >= s4:
+        x, n, start = x4, n4, s4
+    if g >= s5:
+        x, n, start = x5, n5, s5
+    if g >= s6:
+        x, n, start = x6, n6, s6
+    if g >= s7:
+        x, n, start = x7, n7, s7
+    return x, n, start
+
+
+@triton.jit
+def _block_offsets(g, start, BLOCK: tl.constexpr, SAMPLE: tl.constexpr):
+    # the offsets a pass reads of block g: all BLOCK values, or (SAMPLE > 1) one 16-value sector
+    # (32 bytes: one memory transaction) in every SAMPLE, spread over the block
+    r = tl.arange(0, BLOCK // SAMPLE)
+    if SAMPLE == 1:  # noqa: SIM108 (a constexpr branch inside a Triton kernel)
+        inner = r
+    else:
+        inner = (r // 16) * (16 * SAMPLE) + r % 16
+    return (g - start) * BLOCK + inner
 
 
 @triton.jit
@@ -27,12 +61,18 @@ def _hist16_kernel(
     x0, x1, x2, x3, x4, x5, x6, x7,
     n0, n1, n2, n3, n4, n5, n6, n7,
     s1, s2, s3, s4, s5, s6, s7,
-    hist_ptr, k, iters, PASS: tl.constexpr, BLOCK: tl.constexpr,
+    hist_ptr, k, iters, flag_ptr,
+    PASS: tl.constexpr, BLOCK: tl.constexpr, SAMPLE: tl.constexpr, GUARDED: tl.constexpr,
 ):  # fmt: skip
     # up to 8 tensors read in place (no concatenation copy): xi holds ni values, its blocks start
-    # at global block si (s0 = 0; an unused slot has n = 0 and a start past every block)
+    # at global block si (s0 = 0; an unused slot has n = 0 and a start past every block).
+    # SAMPLE > 1 reads 1/SAMPLE of the values (the window pivot's sample); GUARDED runs only when
+    # the window pivot missed (flag_ptr holds 1), else reads nothing and adds nothing.
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
+    run = tl.full([], 1, tl.int32)
+    if GUARDED:
+        run = tl.load(flag_ptr).to(tl.int32)
     ar = tl.arange(0, 256)
     if PASS == 2:
         # bucket of rank k: the first high-byte bin, from the top, whose running count reaches k
@@ -48,24 +88,12 @@ def _hist16_kernel(
     acc = tl.zeros([NB], dtype=tl.int32)
     off0 = tl.zeros([1], dtype=tl.int32)  # taken out of bin 0: padding lanes (and pass 2: below)
     off_top = tl.zeros([1], dtype=tl.int32)  # taken out of the top bin (pass 2: above the bucket)
-    for i in range(iters):
+    for i in range(iters * run):
         g = i * nprog + pid  # global block
-        x, n, start = x0, n0, 0
-        if g >= s1:
-            x, n, start = x1, n1, s1
-        if g >= s2:
-            x, n, start = x2, n2, s2
-        if g >= s3:
-            x, n, start = x3, n3, s3
-        if g >= s4:
-            x, n, start = x4, n4, s4
-        if g >= s5:
-            x, n, start = x5, n5, s5
-        if g >= s6:
-            x, n, start = x6, n6, s6
-        if g >= s7:
-            x, n, start = x7, n7, s7
-        offs = (g - start) * BLOCK + tl.arange(0, BLOCK)
+        x, n, start = _slot(
+            g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
+        )  # noqa: E501
+        offs = _block_offsets(g, start, BLOCK, SAMPLE)
         m = offs < n
         v = tl.load(x + offs, mask=m, other=0).to(tl.int32) & 0x7FFF
         if PASS == 1:  # noqa: SIM108 (a constexpr branch inside a Triton kernel)
@@ -80,19 +108,21 @@ def _hist16_kernel(
     ar2 = tl.arange(0, NB)
     acc -= tl.where(ar2 == 0, tl.sum(off0, 0), 0)
     acc -= tl.where(ar2 == NB - 1, tl.sum(off_top, 0), 0)
+    live = ar2 < NB * run  # an idle guarded pass adds nothing
     if PASS == 1:
-        tl.atomic_add(hist_ptr + ar2, acc.to(tl.int64))
+        tl.atomic_add(hist_ptr + ar2, acc.to(tl.int64), mask=live)
     else:
-        tl.atomic_add(hist_ptr + 256 + ar2, acc.to(tl.int64))
+        tl.atomic_add(hist_ptr + 256 + ar2, acc.to(tl.int64), mask=live)
 
 
 MAX_TENSORS = 8  # tensors per histogram launch
 
 
-def tensor_slots(flats: list[torch.Tensor]) -> tuple[tuple, int, int]:
+def tensor_slots(flats: list[torch.Tensor], max_iters: int | None = None) -> tuple[tuple, int, int]:
     """The launch arguments that spread up to ``MAX_TENSORS`` flat tensors over one grid of
     ``BLOCK``-value blocks (the kernels' x0..x7, n0..n7, s1..s7: unused slots hold no values and
-    start past every block), the number of programs and the blocks each program reads."""
+    start past every block), the number of programs and the blocks each program reads (at most
+    ``max_iters`` where given: more programs then)."""
     if not 1 <= len(flats) <= MAX_TENSORS:
         raise ValueError(f"one launch takes 1..{MAX_TENSORS} tensors, got {len(flats)}")
     sizes = [f.numel() for f in flats]
@@ -104,14 +134,27 @@ def tensor_slots(flats: list[torch.Tensor]) -> tuple[tuple, int, int]:
     sizes += [0] * pad
     starts += [total + 1] * pad  # past every block: never selected
     programs = max(1, min(total, _MAX_PROGRAMS))
+    if max_iters is not None:
+        programs = max(programs, triton.cdiv(total, max_iters))
     return (*ptrs, *sizes, *starts), programs, triton.cdiv(total, programs)
 
 
-def hist16_launch(flats16: list[torch.Tensor], hist: torch.Tensor, k: int, pass_: int) -> tuple:
+def hist16_launch(
+    flats16: list[torch.Tensor],
+    hist: torch.Tensor,
+    k: int,
+    pass_: int,
+    sample: int = 1,
+    flag: torch.Tensor | None = None,
+) -> tuple:
     """(kernel, grid, every argument in signature order, warps) of one histogram pass over up to
-    ``MAX_TENSORS`` flat int16 views, read in place."""
+    ``MAX_TENSORS`` flat int16 views, read in place: every value, or with ``sample`` > 1 one 16-value
+    sector in every ``sample``; with ``flag`` (int64 [1]) the pass runs only where it holds 1."""
+    if sample not in SAMPLES:
+        raise ValueError(f"sample must be one of {SAMPLES}, got {sample!r}")
     slots, programs, iters = tensor_slots(flats16)
-    return _hist16_kernel, (programs,), (*slots, hist, k, iters, pass_, BLOCK), 8
+    guard = hist if flag is None else flag
+    return _hist16_kernel, (programs,), (*slots, hist, k, iters, guard, pass_, BLOCK, sample, flag is not None), 8
 
 
 def select16_launch(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: torch.dtype, clear: bool) -> tuple:
@@ -122,7 +165,7 @@ def select16_launch(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: to
         raise ValueError("state must be a float32 tensor of 2 values on the device of counts")
     if dtype not in (torch.bfloat16, torch.float16):
         raise TypeError(f"the 16-bit select needs bf16 or fp16, got {dtype}")
-    return _select16_kernel, (1,), (counts, state, k, dtype == torch.bfloat16, clear), 4
+    return _select16_kernel, (1,), (counts, state, k, counts, dtype == torch.bfloat16, clear, False), 4
 
 
 def hist16_counts(tensors: list[torch.Tensor], k: int, max_tensors: int = MAX_TENSORS) -> torch.Tensor:
@@ -140,12 +183,10 @@ def hist16_counts(tensors: list[torch.Tensor], k: int, max_tensors: int = MAX_TE
 
 
 @triton.jit
-def _select16_kernel(hist_ptr, state_ptr, k, IS_BF16: tl.constexpr, CLEAR: tl.constexpr):
-    # one program: the host's _select_from_counts and _nonfinite_from_high, on the device
+def _rank_in_hist(hist_ptr, k):
+    # the 15 magnitude bits of the k-th largest value, #(above it) and #(equal to it), from the two
+    # histograms at hist_ptr (the host's _select_from_counts)
     ar = tl.arange(0, 256)
-    hi = tl.load(hist_ptr + ar)
-    first = (0x7F80 >> 7) if IS_BF16 else (0x7C00 >> 7)  # high bytes of Inf / NaN magnitudes
-    nonfinite = tl.sum(tl.where(ar >= first, hi, 0), 0)
     # bucket: walking the high bins from the top, the first whose running count reaches k
     rev = tl.load(hist_ptr + 255 - ar)
     cum = tl.cumsum(rev, 0)
@@ -159,27 +200,51 @@ def _select16_kernel(hist_ptr, state_ptr, k, IS_BF16: tl.constexpr, CLEAR: tl.co
     gt = above + tl.sum(tl.where(ar2 < i_lo, rlo, 0), 0)
     low = 127 - tl.minimum(i_lo, 127)
     eq = tl.sum(tl.where(ar2 == tl.minimum(i_lo, 127), rlo, 0), 0)
-    bits = (bucket << 7) | low
+    return (bucket << 7) | low, gt, eq
+
+
+@triton.jit
+def _pivot_and_share(bits, gt, eq, k, IS_BF16: tl.constexpr):
+    # the float32 pivot of magnitude bits, and the tie share as the host computes it: a float64
+    # quotient (k - gt, eq exact in float64), then clamped; k == 0 keeps nothing (+inf, share 1)
     if IS_BF16:  # bf16 is the top half of a float32
         pivot = (bits.to(tl.int32) << 16).to(tl.float32, bitcast=True)
     else:
         pivot = bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    # tie share as the host computes it: a float64 quotient (k - gt, eq exact in float64), then
-    # clamped; stored as float32 (the host's float becomes float32 as a kernel argument)
     share = (k - gt).to(tl.float64) / tl.maximum(eq, 1).to(tl.float64)
     share = tl.minimum(tl.maximum(share, 0.0), 1.0)
     share = tl.where(eq > 0, share, 1.0)
-    pivot = tl.where(k > 0, pivot, float("inf"))  # k == 0 keeps nothing
+    pivot = tl.where(k > 0, pivot, float("inf"))
     share = tl.where(k > 0, share, 1.0)
-    if CLEAR:  # leave zeroed bins for the next call (saves a memset launch)
-        tl.debug_barrier()  # every thread has read the bins before any is zeroed
-        tl.store(hist_ptr + ar, tl.zeros([256], dtype=tl.int64))
-        tl.store(hist_ptr + 256 + ar2, tl.zeros([128], dtype=tl.int64))
-    tl.store(state_ptr, pivot)
-    tl.store(state_ptr + 1, share.to(tl.float32))
-    tl.store(hist_ptr + 384, nonfinite.to(tl.int64))
-    tl.store(hist_ptr + 385, gt.to(tl.int64))
-    tl.store(hist_ptr + 386, eq.to(tl.int64))
+    return pivot, share.to(tl.float32)
+
+
+@triton.jit
+def _select16_kernel(
+    hist_ptr, state_ptr, k, flag_ptr, IS_BF16: tl.constexpr, CLEAR: tl.constexpr, GUARDED: tl.constexpr
+):
+    # one program: the host's _select_from_counts and _nonfinite_from_high, on the device; GUARDED:
+    # only where flag_ptr holds 1 (the window pivot missed), else it writes nothing
+    run = tl.full([], 1, tl.int32)
+    if GUARDED:
+        run = tl.load(flag_ptr).to(tl.int32)
+    ar = tl.arange(0, 256)
+    hi = tl.load(hist_ptr + ar)
+    first = (0x7F80 >> 7) if IS_BF16 else (0x7C00 >> 7)  # high bytes of Inf / NaN magnitudes
+    nonfinite = tl.sum(tl.where(ar >= first, hi, 0), 0)
+    bits, gt, eq = _rank_in_hist(hist_ptr, k)
+    pivot, share = _pivot_and_share(bits, gt, eq, k, IS_BF16)
+    ar2 = tl.arange(0, 128)
+    if run != 0:
+        if CLEAR:  # leave zeroed bins for the next call (saves a memset launch)
+            tl.debug_barrier()  # every thread has read the bins before any is zeroed
+            tl.store(hist_ptr + ar, tl.zeros([256], dtype=tl.int64))
+            tl.store(hist_ptr + 256 + ar2, tl.zeros([128], dtype=tl.int64))
+        tl.store(state_ptr, pivot)
+        tl.store(state_ptr + 1, share)
+        tl.store(hist_ptr + 384, nonfinite.to(tl.int64))
+        tl.store(hist_ptr + 385, gt.to(tl.int64))
+        tl.store(hist_ptr + 386, eq.to(tl.int64))
 
 
 def select16(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: torch.dtype, clear: bool = False) -> None:
@@ -188,3 +253,157 @@ def select16(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: torch.dty
     count, #(|w| > pivot), #(|w| == pivot). ``clear`` zeroes the 384 bins after reading them."""
     kernel, grid, args, warps = select16_launch(counts, state, k, dtype, clear)
     kernel[grid](*args, num_warps=warps)
+
+
+# -- the window pivot: a sample places a 16-key window, one counting pass finds rank k in it ------
+#
+# The two histogram passes above are bound by tl.histogram (one shared-memory atomic a value:
+# 77 + 67 us on a MAP-NEO 460M block where a pass that only counts takes 14-21 us;
+# results/tuning/h100_probe_hist16.txt, h100_probe_hist_mma.txt). Weights are many and smooth, so
+# the k-th largest key of a 1/32 sample (one 16-value sector in every 32, the same two passes on
+# it) lies within a few keys of the exact one. One counting pass then counts, exactly and with
+# no atomics per value, the values above a 16-key window around it and the values of each key
+# in it (8-bit counters packed eight to an int64: one shift, one select, one add a value). Where
+# rank k falls in the window (the select kernel checks it) that gives the exact pivot, #(above),
+# #(equal) and the non-finite count; where it does not (a sample far off, k == 0), a flag runs
+# the two exact passes and ``_select16_kernel``, which otherwise launch and read nothing. Either
+# way the result is bit for bit the two-pass select's; the launches are the same every call (a
+# CUDA graph captures them).
+
+WINDOW = 16  # keys counted one by one around the sample's pivot
+WINDOW_SAMPLE = 32  # the sample: one 16-value sector in every 32
+WINDOW_MIN_VALUES = 1 << 20  # below this the two passes are cheap enough: no window
+SAMPLE_AT = COUNTS_LEN  # the sample's 384 bins, after the two-pass counts
+WIN_AT = SAMPLE_AT + HIST_LEN  # WINDOW counts, #(above the window), #(non-finite), the miss flag
+FLAG_AT = WIN_AT + WINDOW + 2
+WINDOW_COUNTS_LEN = FLAG_AT + 1
+_MAX_WINDOW_ITERS = 255  # blocks a window program reads: its 8-bit counters never carry
+
+
+@triton.jit
+def _window_lo(sample_ptr, ks, WINDOW: tl.constexpr):
+    # the lowest key of the window: the sample's ks-th largest key near the window's middle
+    bits, gt, eq = _rank_in_hist(sample_ptr, ks)
+    return tl.minimum(tl.maximum(bits - (WINDOW // 2 - 1), 0), 0x8000 - WINDOW)
+
+
+@triton.jit
+def _window16_kernel(
+    x0, x1, x2, x3, x4, x5, x6, x7,
+    n0, n1, n2, n3, n4, n5, n6, n7,
+    s1, s2, s3, s4, s5, s6, s7,
+    sample_ptr, win_ptr, ks, iters,
+    INF_KEY: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    # per program: counts of keys lo..lo+15 (two int64 accumulators of eight 8-bit counters a
+    # lane; a lane sees at most iters <= 255 values), #(key > lo + 15), #(key >= INF_KEY)
+    pid = tl.program_id(0).to(tl.int64)
+    nprog = tl.num_programs(0).to(tl.int64)
+    lo = _window_lo(sample_ptr, ks, 16)
+    acc_a = tl.zeros([BLOCK], dtype=tl.int64)  # keys lo .. lo + 7
+    acc_b = tl.zeros([BLOCK], dtype=tl.int64)  # keys lo + 8 .. lo + 15
+    above = tl.zeros([BLOCK], dtype=tl.int32)
+    nonfinite = tl.zeros([BLOCK], dtype=tl.int32)
+    for i in range(iters):
+        g = i * nprog + pid  # global block
+        x, n, start = _slot(
+            g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
+        )  # noqa: E501
+        offs = _block_offsets(g, start, BLOCK, 1)
+        m = offs < n
+        key = tl.where(m, tl.load(x + offs, mask=m, other=0).to(tl.int32) & 0x7FFF, -1)
+        d = key - lo
+        above += (d >= 16).to(tl.int32)
+        nonfinite += (key >= INF_KEY).to(tl.int32)
+        one = tl.full([BLOCK], 1, tl.int64) << ((d & 7) * 8).to(tl.int64)
+        acc_a += tl.where((d >= 0) & (d < 8), one, 0)
+        acc_b += tl.where((d >= 8) & (d < 16), one, 0)
+    ar = tl.arange(0, 16)
+    win = tl.zeros([16], dtype=tl.int64)
+    for f in tl.static_range(8):
+        win += tl.where(ar == f, tl.sum((acc_a >> (8 * f)) & 0xFF, 0), 0)
+        win += tl.where(ar == f + 8, tl.sum((acc_b >> (8 * f)) & 0xFF, 0), 0)
+    tl.atomic_add(win_ptr + ar, win)
+    tl.atomic_add(win_ptr + 16, tl.sum(above, 0).to(tl.int64))
+    tl.atomic_add(win_ptr + 17, tl.sum(nonfinite, 0).to(tl.int64))
+
+
+@triton.jit
+def _select_window16_kernel(sample_ptr, win_ptr, hist_ptr, state_ptr, k, ks, IS_BF16: tl.constexpr):
+    # one program: rank k inside the window gives pivot, share and counts (as _select16_kernel);
+    # else the miss flag (win_ptr + 18) runs the guarded two-pass fallback. Clears its bins.
+    lo = _window_lo(sample_ptr, ks, 16)
+    ar = tl.arange(0, 16)
+    rev = tl.load(win_ptr + 15 - ar)  # from the top key down
+    above = tl.load(win_ptr + 16)
+    nonfinite = tl.load(win_ptr + 17)
+    cum = above + tl.cumsum(rev, 0)
+    i = tl.min(tl.where(cum >= k, ar, 16), 0)
+    hit = (above < k) & (i < 16)
+    gt = above + tl.sum(tl.where(ar < i, rev, 0), 0)
+    eq = tl.sum(tl.where(ar == i, rev, 0), 0)
+    pivot, share = _pivot_and_share(lo + 15 - i, gt, eq, k, IS_BF16)
+    tl.debug_barrier()  # every thread has read the bins before any is zeroed
+    ar2 = tl.arange(0, 512)
+    tl.store(sample_ptr + ar2, tl.zeros([512], dtype=tl.int64), mask=ar2 < 384)
+    tl.store(win_ptr + tl.arange(0, 32), tl.zeros([32], dtype=tl.int64), mask=tl.arange(0, 32) < 18)
+    tl.store(win_ptr + 18, 1 - hit.to(tl.int64))
+    if hit:
+        tl.store(state_ptr, pivot)
+        tl.store(state_ptr + 1, share)
+        tl.store(hist_ptr + 384, nonfinite.to(tl.int64))
+        tl.store(hist_ptr + 385, gt.to(tl.int64))
+        tl.store(hist_ptr + 386, eq.to(tl.int64))
+
+
+def _sampled_values(n: int, sample: int) -> int:
+    """How many of ``n`` values a ``sample`` pass reads (``_block_offsets``' layout)."""
+    per_block = BLOCK // sample
+    inner = [(r // 16) * 16 * sample + r % 16 for r in range(per_block)]
+    return (n // BLOCK) * per_block + sum(1 for o in inner if o < n % BLOCK)
+
+
+def window_pivot_launches(
+    flats16: list[torch.Tensor], counts: torch.Tensor, state: torch.Tensor, k: int, dtype: torch.dtype
+) -> list[tuple]:
+    """(kernel, grid, arguments, warps) of every launch of the window pivot over the flat int16 views
+    ``flats16`` (any number, read in place): the sample's two passes, the counting pass, its select,
+    then the two exact passes and their select, which run only where the window missed rank k.
+    ``counts``: int64 [WINDOW_COUNTS_LEN] of zeros (left zeroed but for NONFINITE, GT, EQ);
+    ``state``: float32 [2] <- (pivot, tie share). Same results as the two passes and ``select16``."""
+    if counts.dtype != torch.int64 or counts.numel() < WINDOW_COUNTS_LEN or not counts.is_contiguous():
+        raise ValueError(f"counts must be a contiguous int64 tensor of {WINDOW_COUNTS_LEN} values")
+    if state.dtype != torch.float32 or state.numel() < 2 or counts.device != state.device:
+        raise ValueError("state must be a float32 tensor of 2 values on the device of counts")
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"the 16-bit window pivot needs bf16 or fp16, got {dtype}")
+    flats = [f for f in flats16 if f.numel()]
+    if not flats:
+        raise ValueError("no values to select from")
+    n = sum(f.numel() for f in flats)
+    n_s = sum(_sampled_values(f.numel(), WINDOW_SAMPLE) for f in flats)
+    ks = min(n_s, max(1, round(k * n_s / n))) if k > 0 else 0
+    groups = [flats[i : i + MAX_TENSORS] for i in range(0, len(flats), MAX_TENSORS)]
+    sample, win, flag = counts[SAMPLE_AT:WIN_AT], counts[WIN_AT:FLAG_AT], counts[FLAG_AT:]
+    is_bf16 = dtype == torch.bfloat16
+    inf_key = 0x7F80 if is_bf16 else 0x7C00
+    out = [hist16_launch(g, sample, ks, p, sample=WINDOW_SAMPLE) for p in (1, 2) for g in groups]
+    for g in groups:
+        slots, programs, iters = tensor_slots(g, max_iters=_MAX_WINDOW_ITERS)
+        out.append((_window16_kernel, (programs,), (*slots, sample, win, ks, iters, inf_key, BLOCK), 8))
+    out.append((_select_window16_kernel, (1,), (sample, win, counts, state, k, ks, is_bf16), 4))
+    out += [hist16_launch(g, counts, k, p, flag=flag) for p in (1, 2) for g in groups]
+    out.append((_select16_kernel, (1,), (counts, state, k, flag, is_bf16, True, True), 4))
+    return out
+
+
+def window_pivot(tensors: list[torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The window pivot of the k-th largest |w| over 16-bit ``tensors``: (state [pivot, tie share],
+    counts [WINDOW_COUNTS_LEN]); a test and benchmark entry point (``FlexMasker`` keeps the launches)."""
+    dev = tensors[0].device
+    counts = torch.zeros(WINDOW_COUNTS_LEN, dtype=torch.int64, device=dev)
+    state = torch.full((2,), float("nan"), device=dev)
+    flats = [t.reshape(-1).view(torch.int16) for t in tensors]
+    for kernel, grid, args, warps in window_pivot_launches(flats, counts, state, k, tensors[0].dtype):
+        kernel[grid](*args, num_warps=warps)
+    return state, counts

@@ -386,10 +386,11 @@ class FlexMasker:
         self.state = torch.zeros(2, dtype=torch.float32, device=self.device)  # pivot, tie share
         self.tie64 = torch.ones((), dtype=torch.float64, device=self.device)  # exact share (Unstructured)
 
-        from kernels.ops._pivot_triton import COUNTS_LEN, NONFINITE
+        from kernels.ops._pivot_triton import NONFINITE, WINDOW_COUNTS_LEN
 
-        # 384 histogram bins (zeroed again by the select kernel), then non-finite, gt, eq counts
-        self.counts = torch.zeros(COUNTS_LEN, dtype=torch.int64, device=self.device)
+        # 384 histogram bins (zeroed again by the select kernel), then non-finite, gt, eq counts,
+        # then the window pivot's bins (kernels.ops._pivot_triton.window_pivot_launches)
+        self.counts = torch.zeros(WINDOW_COUNTS_LEN, dtype=torch.int64, device=self.device)
         self.nonfinite = self.counts[NONFINITE]
         self.nonfinite_index = NONFINITE
         self._triton = use_triton(ws[0])
@@ -412,11 +413,16 @@ class FlexMasker:
         return has_fast_kernel(self.pattern)
 
     def _build_pivot(self) -> list:
+        """The pivot's launches: from 2**20 values the window pivot (a sample places a 16-key window,
+        one counting pass; the two histogram passes only where it misses), else the two passes."""
+        from kernels.ops import _pivot_triton as pt
         from kernels.ops._pivot_triton import MAX_TENSORS, hist16_launch, select16_launch
 
         Launch = common.Launch  # noqa: N806
 
         flats16 = [w.view(-1).view(torch.int16) for w in self.weights if w.numel()]
+        if self.n >= pt.WINDOW_MIN_VALUES:
+            return [Launch(*x) for x in pt.window_pivot_launches(flats16, self.counts, self.state, self.k, self.dtype)]
         groups = [flats16[i : i + MAX_TENSORS] for i in range(0, len(flats16), MAX_TENSORS)]
         launches = [Launch(*hist16_launch(g, self.counts, self.k, p)) for p in (1, 2) for g in groups]
         launches.append(Launch(*select16_launch(self.counts, self.state, self.k, self.dtype, True)))

@@ -73,6 +73,31 @@ def test_pivot_and_tie_16bit_captured(benchmark, shapes, copy_gbps):
     run_benchmark(benchmark, fn, nbytes=nbytes, copy_gbps=copy_gbps, recheck=same)
 
 
+@pytest.mark.parametrize("shapes", paper_params(CASES))
+def test_window_pivot_captured(benchmark, shapes, copy_gbps):
+    """The window pivot (``window_pivot_launches``, as ``FlexMasker`` launches it from 2**20 values:
+    a 1/32 sample's two passes, one counting pass, the select; the exact passes only on a miss),
+    CUDA-graph captured, beside the two-pass twin above. GB/s counts one read of the weights."""
+    from kernels.ops._pivot_triton import WINDOW_COUNTS_LEN, window_pivot_launches
+
+    ws = _weights(shapes)
+    k = round(DENSITY * sum(w.numel() for w in ws))
+    counts = torch.zeros(WINDOW_COUNTS_LEN, dtype=torch.int64, device=DEVICE)
+    state = torch.zeros(2, dtype=torch.float32, device=DEVICE)
+    launches = window_pivot_launches([w.reshape(-1).view(torch.int16) for w in ws], counts, state, k, ws[0].dtype)
+
+    def fn() -> torch.Tensor:
+        for kernel, grid, args, warps in launches:
+            kernel[grid](*args, num_warps=warps)
+        return state
+
+    want = pivot_and_tie_16bit_reference(ws, DENSITY)
+    same = lambda st: (float(st[0]), float(st[1])) == (want[0], float(torch.tensor(want[1], dtype=torch.float32)))  # noqa: E731
+    assert same(fn()), f"window pivot {fn().tolist()} != reference {want}"
+    nbytes = sum(w.numel() * w.element_size() for w in ws)  # one pass reads every weight (the sample: 1/32)
+    run_benchmark(benchmark, fn, nbytes=nbytes, copy_gbps=copy_gbps, recheck=same)
+
+
 @pytest.mark.parametrize("case", paper_params(FIND_CASES))
 def test_find_pivot(benchmark, case):
     r, c, method = case

@@ -1,0 +1,137 @@
+"""The window pivot (kernels.ops._pivot_triton.window_pivot_launches, interpreter): bit for bit the
+two-pass select (pivot, tie share, #(above), #(equal), non-finite count) where the sample's window
+holds rank k and where it misses (the guarded exact passes run), k == 0, ties, NaN/Inf, more tensors
+than one launch takes, bins left zeroed for the next call; FlexMasker's masks equal with either
+pivot; bad buffers refused."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernels.ops import _pivot_triton as pt
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _two_pass(ts: list[torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    counts = torch.zeros(pt.COUNTS_LEN, dtype=torch.int64)
+    counts[: pt.HIST_LEN] = pt.hist16_counts(ts, k)
+    state = torch.full((2,), float("nan"))
+    pt.select16(counts, state, k, ts[0].dtype, clear=True)
+    return state, counts
+
+
+def _check_equal(ts: list[torch.Tensor], k: int) -> int:
+    """Window pivot == two passes (state bit for bit, the three counts); bins cleared; the miss flag."""
+    state, counts = pt.window_pivot(ts, k)
+    want_state, want_counts = _two_pass(ts, k)
+    assert torch.equal(state.view(torch.int32), want_state.view(torch.int32)), (k, state, want_state)
+    assert counts[pt.NONFINITE : pt.COUNTS_LEN].tolist() == want_counts[pt.NONFINITE :].tolist()
+    assert not counts[: pt.HIST_LEN].any() and not counts[pt.SAMPLE_AT : pt.FLAG_AT].any(), "bins not cleared"
+    return int(counts[pt.FLAG_AT])
+
+
+def _weights(shapes: list[tuple[int, int]], dtype: torch.dtype, seed: int, rows: bool) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for o, i in shapes:
+        w = 0.02 * torch.randn(o, i, generator=g)
+        if rows:  # row and column scales, as trained layers have
+            w = w * (torch.rand(o, 1, generator=g) + 0.25) * (torch.rand(1, i, generator=g) + 0.5)
+        out.append(w.to(dtype))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rows", [False, True], ids=["normal", "rows"])
+def test_window_hits_and_equals_two_passes(dtype, rows):
+    shapes = [(256, 256), (256, 384), (384, 256), (100, 7)]  # ragged ends, several tensors a launch
+    for seed, density in ((0, 0.5), (1, 0.25), (2, 0.75)):
+        ts = _weights(shapes, dtype, seed, rows)
+        n = sum(t.numel() for t in ts)
+        missed = _check_equal(ts, round(density * n))
+        # bf16 keys are 8x wider than fp16's: at this small size only bf16's window is sure to hit
+        assert not missed or dtype == torch.float16, "the sample's window should hold rank k here"
+
+
+def test_window_miss_runs_the_exact_passes():
+    """A sample unlike the rest (large values exactly where the sample reads): the window misses,
+    the guarded passes run, and the result is still exact."""
+    x = torch.full((64 * 4096,), 0.001)
+    r = torch.arange(pt.BLOCK // pt.WINDOW_SAMPLE)
+    inner = (r // 16) * 16 * pt.WINDOW_SAMPLE + r % 16
+    sampled = (torch.arange(64)[:, None] * pt.BLOCK + inner[None, :]).reshape(-1)
+    x[sampled] = 5.0
+    x += 1e-4 * torch.rand(x.shape, generator=torch.Generator().manual_seed(3))
+    x = x.to(torch.bfloat16)
+    assert _check_equal([x], x.numel() // 2) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_window_edge_cases(dtype):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(50_000, generator=g).to(dtype)
+    for k in (0, 1, 2, x.numel() - 1, x.numel()):
+        _check_equal([x], k)
+    state, _ = pt.window_pivot([x], 0)
+    assert state.tolist() == [math.inf, 1.0]
+    tied = ((torch.randn(60_000, generator=g) * 4).round() / 4).to(dtype)  # few distinct values
+    zeros = torch.zeros(40_000, dtype=dtype)
+    for ts in ([tied], [zeros], [tied, zeros]):
+        n = sum(t.numel() for t in ts)
+        for density in (0.1, 0.5, 0.9):
+            _check_equal(ts, round(density * n))
+    bad = x.clone()
+    bad[[7, 99, 40_000]] = torch.tensor([float("nan"), float("inf"), -float("inf")], dtype=dtype)
+    _check_equal([bad], 25_000)
+    _, counts = pt.window_pivot([bad], 25_000)
+    assert int(counts[pt.NONFINITE]) == 3
+
+
+def test_window_many_tensors_and_repeat():
+    """More tensors than one launch takes (groups), and a second call on the cleared bins."""
+    ts = _weights([(64, 96)] * (pt.MAX_TENSORS + 3), torch.bfloat16, 7, True)
+    n = sum(t.numel() for t in ts)
+    flats = [t.reshape(-1).view(torch.int16) for t in ts]
+    counts = torch.zeros(pt.WINDOW_COUNTS_LEN, dtype=torch.int64)
+    state = torch.zeros(2)
+    launches = pt.window_pivot_launches(flats, counts, state, n // 3, torch.bfloat16)
+    want, _ = _two_pass(ts, n // 3)
+    for _ in range(2):
+        state.fill_(float("nan"))
+        for kernel, grid, args, warps in launches:
+            kernel[grid](*args, num_warps=warps)
+        assert torch.equal(state.view(torch.int32), want.view(torch.int32))
+
+
+def test_flexmasker_masks_equal_with_either_pivot(monkeypatch):
+    from kernels.ops.flex import FlexMasker
+    from kernels.ops.patterns import TBS, Unstructured, Vegeta
+
+    ws = _weights([(256, 256), (256, 512)], torch.bfloat16, 9, True)
+    for pattern in (TBS(4), Vegeta(4), Unstructured()):
+        monkeypatch.setattr(pt, "WINDOW_MIN_VALUES", 1 << 40)
+        two = [m.clone() for m in FlexMasker(ws, pattern, 0.5, seed=1)()]
+        monkeypatch.setattr(pt, "WINDOW_MIN_VALUES", 0)
+        masker = FlexMasker(ws, pattern, 0.5, seed=1)
+        assert len(masker._pivot_launches) > 3, "the window pivot was not used"
+        for a, b in zip(masker(), two, strict=True):
+            assert torch.equal(a, b), pattern
+
+
+def test_window_refuses_bad_buffers():
+    x = torch.randn(5000).to(torch.bfloat16).view(torch.int16)
+    ok_counts, ok_state = torch.zeros(pt.WINDOW_COUNTS_LEN, dtype=torch.int64), torch.zeros(2)
+    with pytest.raises(ValueError, match="counts"):
+        pt.window_pivot_launches([x], torch.zeros(pt.COUNTS_LEN, dtype=torch.int64), ok_state, 10, torch.bfloat16)
+    with pytest.raises(ValueError, match="state"):
+        pt.window_pivot_launches([x], ok_counts, torch.zeros(2, dtype=torch.float64), 10, torch.bfloat16)
+    with pytest.raises(TypeError, match="bf16 or fp16"):
+        pt.window_pivot_launches([x], ok_counts, ok_state, 10, torch.float32)
+    with pytest.raises(ValueError, match="no values"):
+        pt.window_pivot_launches([x[:0]], ok_counts, ok_state, 0, torch.bfloat16)
+    with pytest.raises(ValueError, match="sample"):
+        pt.hist16_launch([x], ok_counts, 10, 1, sample=3)
