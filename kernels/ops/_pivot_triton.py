@@ -118,11 +118,13 @@ def _hist16_kernel(
 MAX_TENSORS = 8  # tensors per histogram launch
 
 
-def tensor_slots(flats: list[torch.Tensor], max_iters: int | None = None) -> tuple[tuple, int, int]:
+def tensor_slots(
+    flats: list[torch.Tensor], max_iters: int | None = None, programs: int | None = None
+) -> tuple[tuple, int, int]:
     """The launch arguments that spread up to ``MAX_TENSORS`` flat tensors over one grid of
     ``BLOCK``-value blocks (the kernels' x0..x7, n0..n7, s1..s7: unused slots hold no values and
     start past every block), the number of programs and the blocks each program reads (at most
-    ``max_iters`` where given: more programs then)."""
+    ``max_iters`` where given: more programs then; ``programs`` asks for a number of programs)."""
     if not 1 <= len(flats) <= MAX_TENSORS:
         raise ValueError(f"one launch takes 1..{MAX_TENSORS} tensors, got {len(flats)}")
     sizes = [f.numel() for f in flats]
@@ -133,7 +135,7 @@ def tensor_slots(flats: list[torch.Tensor], max_iters: int | None = None) -> tup
     ptrs = list(flats) + [flats[0]] * pad
     sizes += [0] * pad
     starts += [total + 1] * pad  # past every block: never selected
-    programs = max(1, min(total, _MAX_PROGRAMS))
+    programs = max(1, min(total, _MAX_PROGRAMS if programs is None else programs))
     if max_iters is not None:
         programs = max(programs, triton.cdiv(total, max_iters))
     return (*ptrs, *sizes, *starts), programs, triton.cdiv(total, programs)
@@ -146,13 +148,14 @@ def hist16_launch(
     pass_: int,
     sample: int = 1,
     flag: torch.Tensor | None = None,
+    programs: int | None = None,
 ) -> tuple:
     """(kernel, grid, every argument in signature order, warps) of one histogram pass over up to
     ``MAX_TENSORS`` flat int16 views, read in place: every value, or with ``sample`` > 1 one 16-value
     sector in every ``sample``; with ``flag`` (int64 [1]) the pass runs only where it holds 1."""
     if sample not in SAMPLES:
         raise ValueError(f"sample must be one of {SAMPLES}, got {sample!r}")
-    slots, programs, iters = tensor_slots(flats16)
+    slots, programs, iters = tensor_slots(flats16, programs=programs)
     guard = hist if flag is None else flag
     return _hist16_kernel, (programs,), (*slots, hist, k, iters, guard, pass_, BLOCK, sample, flag is not None), 8
 
@@ -270,14 +273,18 @@ def select16(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: torch.dty
 # way the result is bit for bit the two-pass select's; the launches are the same every call (a
 # CUDA graph captures them).
 
-WINDOW = 16  # keys counted one by one around the sample's pivot
+WINDOW = 16  # keys counted one by one around the sample's pivot (8 or 16)
 WINDOW_SAMPLE = 32  # the sample: one 16-value sector in every 32
 WINDOW_MIN_VALUES = 1 << 20  # below this the two passes are cheap enough: no window
 SAMPLE_AT = COUNTS_LEN  # the sample's 384 bins, after the two-pass counts
 WIN_AT = SAMPLE_AT + HIST_LEN  # WINDOW counts, #(above the window), #(non-finite), the miss flag
-FLAG_AT = WIN_AT + WINDOW + 2
+FLAG_AT = WIN_AT + 18  # after up to 16 window counts, #(above the window), #(non-finite)
 WINDOW_COUNTS_LEN = FLAG_AT + 1
 _MAX_WINDOW_ITERS = 255  # blocks a window program reads: its 8-bit counters never carry
+WINDOW_SAMPLE_PROGRAMS = 1024  # grid of the sample's passes (fewer: fewer atomics of 256 bins)
+WINDOW_COUNT_PROGRAMS = 1024  # grid of the counting pass (more if a program would read > 255 blocks)
+WINDOW_COUNT_WARPS = 8
+WINDOW_FALLBACK_PROGRAMS = 1024  # grid of the guarded exact passes (idle unless the window missed)
 
 
 @triton.jit
@@ -288,61 +295,64 @@ def _window_lo(sample_ptr, ks, WINDOW: tl.constexpr):
 
 
 @triton.jit
-def _window16_kernel(
+def _window_kernel(
     x0, x1, x2, x3, x4, x5, x6, x7,
     n0, n1, n2, n3, n4, n5, n6, n7,
     s1, s2, s3, s4, s5, s6, s7,
     sample_ptr, win_ptr, ks, iters,
-    INF_KEY: tl.constexpr, BLOCK: tl.constexpr,
+    INF_KEY: tl.constexpr, BLOCK: tl.constexpr, W: tl.constexpr,
 ):  # fmt: skip
-    # per program: counts of keys lo..lo+15 (two int64 accumulators of eight 8-bit counters a
-    # lane; a lane sees at most iters <= 255 values), #(key > lo + 15), #(key >= INF_KEY)
+    # per program: counts of keys lo .. lo + W - 1 (W = 8 or 16: one or two int64 accumulators of
+    # eight 8-bit counters a lane; a lane sees at most iters <= 255 values), #(key > lo + W - 1)
+    # at win_ptr + 16, #(key >= INF_KEY) at win_ptr + 17
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
-    lo = _window_lo(sample_ptr, ks, 16)
+    lo = _window_lo(sample_ptr, ks, W)
     acc_a = tl.zeros([BLOCK], dtype=tl.int64)  # keys lo .. lo + 7
-    acc_b = tl.zeros([BLOCK], dtype=tl.int64)  # keys lo + 8 .. lo + 15
+    acc_b = tl.zeros([BLOCK], dtype=tl.int64)  # keys lo + 8 .. lo + 15 (W == 16)
     above = tl.zeros([BLOCK], dtype=tl.int32)
     nonfinite = tl.zeros([BLOCK], dtype=tl.int32)
     for i in range(iters):
         g = i * nprog + pid  # global block
         x, n, start = _slot(
             g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
-        )  # noqa: E501
+        )
         offs = _block_offsets(g, start, BLOCK, 1)
         m = offs < n
         key = tl.where(m, tl.load(x + offs, mask=m, other=0).to(tl.int32) & 0x7FFF, -1)
         d = key - lo
-        above += (d >= 16).to(tl.int32)
+        above += (d >= W).to(tl.int32)
         nonfinite += (key >= INF_KEY).to(tl.int32)
         one = tl.full([BLOCK], 1, tl.int64) << ((d & 7) * 8).to(tl.int64)
         acc_a += tl.where((d >= 0) & (d < 8), one, 0)
-        acc_b += tl.where((d >= 8) & (d < 16), one, 0)
-    ar = tl.arange(0, 16)
-    win = tl.zeros([16], dtype=tl.int64)
+        if W == 16:
+            acc_b += tl.where((d >= 8) & (d < 16), one, 0)
+    ar = tl.arange(0, W)
+    win = tl.zeros([W], dtype=tl.int64)
     for f in tl.static_range(8):
         win += tl.where(ar == f, tl.sum((acc_a >> (8 * f)) & 0xFF, 0), 0)
-        win += tl.where(ar == f + 8, tl.sum((acc_b >> (8 * f)) & 0xFF, 0), 0)
+        if W == 16:
+            win += tl.where(ar == f + 8, tl.sum((acc_b >> (8 * f)) & 0xFF, 0), 0)
     tl.atomic_add(win_ptr + ar, win)
     tl.atomic_add(win_ptr + 16, tl.sum(above, 0).to(tl.int64))
     tl.atomic_add(win_ptr + 17, tl.sum(nonfinite, 0).to(tl.int64))
 
 
 @triton.jit
-def _select_window16_kernel(sample_ptr, win_ptr, hist_ptr, state_ptr, k, ks, IS_BF16: tl.constexpr):
+def _select_window_kernel(sample_ptr, win_ptr, hist_ptr, state_ptr, k, ks, IS_BF16: tl.constexpr, W: tl.constexpr):
     # one program: rank k inside the window gives pivot, share and counts (as _select16_kernel);
     # else the miss flag (win_ptr + 18) runs the guarded two-pass fallback. Clears its bins.
-    lo = _window_lo(sample_ptr, ks, 16)
-    ar = tl.arange(0, 16)
-    rev = tl.load(win_ptr + 15 - ar)  # from the top key down
+    lo = _window_lo(sample_ptr, ks, W)
+    ar = tl.arange(0, W)
+    rev = tl.load(win_ptr + W - 1 - ar)  # from the top key down
     above = tl.load(win_ptr + 16)
     nonfinite = tl.load(win_ptr + 17)
     cum = above + tl.cumsum(rev, 0)
-    i = tl.min(tl.where(cum >= k, ar, 16), 0)
-    hit = (above < k) & (i < 16)
+    i = tl.min(tl.where(cum >= k, ar, W), 0)
+    hit = (above < k) & (i < W)
     gt = above + tl.sum(tl.where(ar < i, rev, 0), 0)
     eq = tl.sum(tl.where(ar == i, rev, 0), 0)
-    pivot, share = _pivot_and_share(lo + 15 - i, gt, eq, k, IS_BF16)
+    pivot, share = _pivot_and_share(lo + W - 1 - i, gt, eq, k, IS_BF16)
     tl.debug_barrier()  # every thread has read the bins before any is zeroed
     ar2 = tl.arange(0, 512)
     tl.store(sample_ptr + ar2, tl.zeros([512], dtype=tl.int64), mask=ar2 < 384)
@@ -364,19 +374,31 @@ def _sampled_values(n: int, sample: int) -> int:
 
 
 def window_pivot_launches(
-    flats16: list[torch.Tensor], counts: torch.Tensor, state: torch.Tensor, k: int, dtype: torch.dtype
+    flats16: list[torch.Tensor],
+    counts: torch.Tensor,
+    state: torch.Tensor,
+    k: int,
+    dtype: torch.dtype,
+    sample_programs: int = WINDOW_SAMPLE_PROGRAMS,
+    count_programs: int = WINDOW_COUNT_PROGRAMS,
+    count_warps: int = WINDOW_COUNT_WARPS,
+    fallback_programs: int = WINDOW_FALLBACK_PROGRAMS,
+    window: int = WINDOW,
 ) -> list[tuple]:
     """(kernel, grid, arguments, warps) of every launch of the window pivot over the flat int16 views
     ``flats16`` (any number, read in place): the sample's two passes, the counting pass, its select,
     then the two exact passes and their select, which run only where the window missed rank k.
     ``counts``: int64 [WINDOW_COUNTS_LEN] of zeros (left zeroed but for NONFINITE, GT, EQ);
-    ``state``: float32 [2] <- (pivot, tie share). Same results as the two passes and ``select16``."""
+    ``state``: float32 [2] <- (pivot, tie share). Same results as the two passes and ``select16``.
+    The grid sizes and warps are tuned on the H100 (scripts/probes/gpu_probe_window_pivot.py)."""
     if counts.dtype != torch.int64 or counts.numel() < WINDOW_COUNTS_LEN or not counts.is_contiguous():
         raise ValueError(f"counts must be a contiguous int64 tensor of {WINDOW_COUNTS_LEN} values")
     if state.dtype != torch.float32 or state.numel() < 2 or counts.device != state.device:
         raise ValueError("state must be a float32 tensor of 2 values on the device of counts")
     if dtype not in (torch.bfloat16, torch.float16):
         raise TypeError(f"the 16-bit window pivot needs bf16 or fp16, got {dtype}")
+    if window not in (8, 16):
+        raise ValueError(f"window must be 8 or 16 keys, got {window!r}")
     flats = [f for f in flats16 if f.numel()]
     if not flats:
         raise ValueError("no values to select from")
@@ -387,23 +409,24 @@ def window_pivot_launches(
     sample, win, flag = counts[SAMPLE_AT:WIN_AT], counts[WIN_AT:FLAG_AT], counts[FLAG_AT:]
     is_bf16 = dtype == torch.bfloat16
     inf_key = 0x7F80 if is_bf16 else 0x7C00
-    out = [hist16_launch(g, sample, ks, p, sample=WINDOW_SAMPLE) for p in (1, 2) for g in groups]
+    out = [hist16_launch(g, sample, ks, p, WINDOW_SAMPLE, programs=sample_programs) for p in (1, 2) for g in groups]
     for g in groups:
-        slots, programs, iters = tensor_slots(g, max_iters=_MAX_WINDOW_ITERS)
-        out.append((_window16_kernel, (programs,), (*slots, sample, win, ks, iters, inf_key, BLOCK), 8))
-    out.append((_select_window16_kernel, (1,), (sample, win, counts, state, k, ks, is_bf16), 4))
-    out += [hist16_launch(g, counts, k, p, flag=flag) for p in (1, 2) for g in groups]
+        slots, programs, iters = tensor_slots(g, max_iters=_MAX_WINDOW_ITERS, programs=count_programs)
+        args = (*slots, sample, win, ks, iters, inf_key, BLOCK, window)
+        out.append((_window_kernel, (programs,), args, count_warps))
+    out.append((_select_window_kernel, (1,), (sample, win, counts, state, k, ks, is_bf16, window), 4))
+    out += [hist16_launch(g, counts, k, p, flag=flag, programs=fallback_programs) for p in (1, 2) for g in groups]
     out.append((_select16_kernel, (1,), (counts, state, k, flag, is_bf16, True, True), 4))
     return out
 
 
-def window_pivot(tensors: list[torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def window_pivot(tensors: list[torch.Tensor], k: int, window: int = WINDOW) -> tuple[torch.Tensor, torch.Tensor]:
     """The window pivot of the k-th largest |w| over 16-bit ``tensors``: (state [pivot, tie share],
     counts [WINDOW_COUNTS_LEN]); a test and benchmark entry point (``FlexMasker`` keeps the launches)."""
     dev = tensors[0].device
     counts = torch.zeros(WINDOW_COUNTS_LEN, dtype=torch.int64, device=dev)
     state = torch.full((2,), float("nan"), device=dev)
     flats = [t.reshape(-1).view(torch.int16) for t in tensors]
-    for kernel, grid, args, warps in window_pivot_launches(flats, counts, state, k, tensors[0].dtype):
+    for kernel, grid, args, warps in window_pivot_launches(flats, counts, state, k, tensors[0].dtype, window=window):
         kernel[grid](*args, num_warps=warps)
     return state, counts

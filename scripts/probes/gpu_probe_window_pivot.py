@@ -82,8 +82,27 @@ def main() -> None:
             report("  sample: two passes (1/32)", win_l[: 2 * ng], 2 / 32)
             report("  counting pass", win_l[2 * ng : 3 * ng], 1)
             report("  idle guarded fallback (3 launches)", win_l[3 * ng + 1 :], 0)
-            for warps in (4, 16):
-                report(f"  counting pass, {warps} warps", [(*x[:3], warps) for x in win_l[2 * ng : 3 * ng]], 1)
+            for sp in (66, 132, 264, 528):
+                sl = pt.window_pivot_launches(flats, cw, stw, k, torch.bfloat16, sample_programs=sp)
+                report(f"  sample: two passes, {sp} programs", sl[: 2 * ng], 2 / 32)
+            for w in (8, 16):  # does the narrower window still hold rank k at this size?
+                cw.zero_()
+                stw.zero_()
+                run(pt.window_pivot_launches(flats, cw, stw, k, torch.bfloat16, window=w))
+                eq = torch.equal(st2.view(torch.int32), stw.view(torch.int32))
+                print(f"  window of {w} keys: {'EQUAL' if eq else 'DIFFER'}, {'MISSED' if int(cw[pt.FLAG_AT]) else 'hit'}")
+            cw.zero_()
+            grids = [(cp, wp, 16) for cp in (132, 264, 528, 1024, 2048) for wp in (4, 8)]
+            for cp, warps, w in grids + [(cp, 4, 8) for cp in (264, 528, 1024)]:
+                kw = {"count_programs": cp, "count_warps": warps, "window": w}
+                cl = pt.window_pivot_launches(flats, cw, stw, k, torch.bfloat16, **kw)
+                report(f"  counting pass, {w} keys, {cp} programs, {warps} warps", cl[2 * ng : 3 * ng], 1)
+            for fp in (132, 264, 1024):
+                fl = pt.window_pivot_launches(flats, cw, stw, k, torch.bfloat16, fallback_programs=fp)
+                report(f"  idle guarded fallback, {fp} programs", fl[3 * ng + 1 :], 0)
+                cw[pt.FLAG_AT] = 1
+                report(f"  fallback forced, {fp} programs", fl[3 * ng + 1 :], 2)
+                cw.zero_()
             cw[pt.FLAG_AT] = 1  # the fallback forced (only the select of the window clears the flag)
             report("  fallback forced (exact passes + select16)", win_l[3 * ng + 1 :], 2)
             cw.zero_()

@@ -24,9 +24,9 @@ def _two_pass(ts: list[torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tenso
     return state, counts
 
 
-def _check_equal(ts: list[torch.Tensor], k: int) -> int:
+def _check_equal(ts: list[torch.Tensor], k: int, window: int = pt.WINDOW) -> int:
     """Window pivot == two passes (state bit for bit, the three counts); bins cleared; the miss flag."""
-    state, counts = pt.window_pivot(ts, k)
+    state, counts = pt.window_pivot(ts, k, window)
     want_state, want_counts = _two_pass(ts, k)
     assert torch.equal(state.view(torch.int32), want_state.view(torch.int32)), (k, state, want_state)
     assert counts[pt.NONFINITE : pt.COUNTS_LEN].tolist() == want_counts[pt.NONFINITE :].tolist()
@@ -45,16 +45,18 @@ def _weights(shapes: list[tuple[int, int]], dtype: torch.dtype, seed: int, rows:
     return out
 
 
+@pytest.mark.parametrize("window", [8, 16])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rows", [False, True], ids=["normal", "rows"])
-def test_window_hits_and_equals_two_passes(dtype, rows):
+def test_window_hits_and_equals_two_passes(dtype, rows, window):
     shapes = [(256, 256), (256, 384), (384, 256), (100, 7)]  # ragged ends, several tensors a launch
     for seed, density in ((0, 0.5), (1, 0.25), (2, 0.75)):
         ts = _weights(shapes, dtype, seed, rows)
         n = sum(t.numel() for t in ts)
-        missed = _check_equal(ts, round(density * n))
-        # bf16 keys are 8x wider than fp16's: at this small size only bf16's window is sure to hit
-        assert not missed or dtype == torch.float16, "the sample's window should hold rank k here"
+        missed = _check_equal(ts, round(density * n), window)
+        # bf16 keys are 8x wider than fp16's: at this small size only bf16's 16-key window is sure to hit
+        sure = dtype == torch.bfloat16 and window == 16
+        assert not (missed and sure), "the sample's window should hold rank k here"
 
 
 def test_window_miss_runs_the_exact_passes():
@@ -133,5 +135,7 @@ def test_window_refuses_bad_buffers():
         pt.window_pivot_launches([x], ok_counts, ok_state, 10, torch.float32)
     with pytest.raises(ValueError, match="no values"):
         pt.window_pivot_launches([x[:0]], ok_counts, ok_state, 0, torch.bfloat16)
+    with pytest.raises(ValueError, match="window"):
+        pt.window_pivot_launches([x], ok_counts, ok_state, 10, torch.bfloat16, window=12)
     with pytest.raises(ValueError, match="sample"):
         pt.hist16_launch([x], ok_counts, 10, 1, sample=3)
