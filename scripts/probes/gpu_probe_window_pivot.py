@@ -90,7 +90,8 @@ def main() -> None:
                 stw.zero_()
                 run(pt.window_pivot_launches(flats, cw, stw, k, torch.bfloat16, window=w))
                 eq = torch.equal(st2.view(torch.int32), stw.view(torch.int32))
-                print(f"  window of {w} keys: {'EQUAL' if eq else 'DIFFER'}, {'MISSED' if int(cw[pt.FLAG_AT]) else 'hit'}")
+                hit = "MISSED" if int(cw[pt.FLAG_AT]) else "hit"
+                print(f"  window of {w} keys: {'EQUAL' if eq else 'DIFFER'}, {hit}")
             cw.zero_()
             grids = [(cp, wp, 16) for cp in (132, 264, 528, 1024, 2048) for wp in (4, 8)]
             for cp, warps, w in grids + [(cp, 4, 8) for cp in (264, 528, 1024)]:
