@@ -46,14 +46,15 @@ def _slot(g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1,
 
 @triton.jit
 def _block_offsets(g, start, BLOCK: tl.constexpr, SAMPLE: tl.constexpr):
-    # the offsets a pass reads of block g: all BLOCK values, or (SAMPLE > 1) one 16-value sector
-    # (32 bytes: one memory transaction) in every SAMPLE, spread over the block
-    r = tl.arange(0, BLOCK // SAMPLE)
+    # the BLOCK offsets a pass reads of block g: all values of a BLOCK-value block, or (SAMPLE > 1)
+    # of a BLOCK * SAMPLE-value block one 16-value sector (32 bytes: one memory transaction) in
+    # every SAMPLE, so that every call of tl.histogram still counts BLOCK values
+    r = tl.arange(0, BLOCK)
     if SAMPLE == 1:  # noqa: SIM108 (a constexpr branch inside a Triton kernel)
         inner = r
     else:
         inner = (r // 16) * (16 * SAMPLE) + r % 16
-    return (g - start) * BLOCK + inner
+    return (g - start) * (BLOCK * SAMPLE) + inner
 
 
 @triton.jit
@@ -119,16 +120,17 @@ MAX_TENSORS = 8  # tensors per histogram launch
 
 
 def tensor_slots(
-    flats: list[torch.Tensor], max_iters: int | None = None, programs: int | None = None
+    flats: list[torch.Tensor], max_iters: int | None = None, programs: int | None = None, block: int = BLOCK
 ) -> tuple[tuple, int, int]:
     """The launch arguments that spread up to ``MAX_TENSORS`` flat tensors over one grid of
     ``BLOCK``-value blocks (the kernels' x0..x7, n0..n7, s1..s7: unused slots hold no values and
     start past every block), the number of programs and the blocks each program reads (at most
-    ``max_iters`` where given: more programs then; ``programs`` asks for a number of programs)."""
+    ``max_iters`` where given: more programs then; ``programs`` asks for a number of programs).
+    ``block``: values a block spans (a sampled pass: ``BLOCK * sample``)."""
     if not 1 <= len(flats) <= MAX_TENSORS:
         raise ValueError(f"one launch takes 1..{MAX_TENSORS} tensors, got {len(flats)}")
     sizes = [f.numel() for f in flats]
-    blocks = [triton.cdiv(n, BLOCK) for n in sizes]
+    blocks = [triton.cdiv(n, block) for n in sizes]
     total = sum(blocks)
     starts = [sum(blocks[:i]) for i in range(1, len(flats))]
     pad = MAX_TENSORS - len(flats)
@@ -155,7 +157,7 @@ def hist16_launch(
     sector in every ``sample``; with ``flag`` (int64 [1]) the pass runs only where it holds 1."""
     if sample not in SAMPLES:
         raise ValueError(f"sample must be one of {SAMPLES}, got {sample!r}")
-    slots, programs, iters = tensor_slots(flats16, programs=programs)
+    slots, programs, iters = tensor_slots(flats16, programs=programs, block=BLOCK * sample)
     guard = hist if flag is None else flag
     return _hist16_kernel, (programs,), (*slots, hist, k, iters, guard, pass_, BLOCK, sample, flag is not None), 8
 
@@ -273,7 +275,7 @@ def select16(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: torch.dty
 # way the result is bit for bit the two-pass select's; the launches are the same every call (a
 # CUDA graph captures them).
 
-WINDOW = 16  # keys counted one by one around the sample's pivot (8 or 16)
+WINDOW = 8  # keys counted one by one around the sample's pivot (8 or 16)
 WINDOW_SAMPLE = 32  # the sample: one 16-value sector in every 32
 WINDOW_MIN_VALUES = 1 << 20  # below this the two passes are cheap enough: no window
 SAMPLE_AT = COUNTS_LEN  # the sample's 384 bins, after the two-pass counts
@@ -281,9 +283,8 @@ WIN_AT = SAMPLE_AT + HIST_LEN  # WINDOW counts, #(above the window), #(non-finit
 FLAG_AT = WIN_AT + 18  # after up to 16 window counts, #(above the window), #(non-finite)
 WINDOW_COUNTS_LEN = FLAG_AT + 1
 _MAX_WINDOW_ITERS = 255  # blocks a window program reads: its 8-bit counters never carry
-WINDOW_SAMPLE_PROGRAMS = 1024  # grid of the sample's passes (fewer: fewer atomics of 256 bins)
-WINDOW_COUNT_PROGRAMS = 1024  # grid of the counting pass (more if a program would read > 255 blocks)
-WINDOW_COUNT_WARPS = 8
+WINDOW_SAMPLE_PROGRAMS = 1024  # grid of the sample's passes (at most; one block of theirs spans 32)
+WINDOW_COUNT_WARPS = 4
 WINDOW_FALLBACK_PROGRAMS = 1024  # grid of the guarded exact passes (idle unless the window missed)
 
 
@@ -366,11 +367,19 @@ def _select_window_kernel(sample_ptr, win_ptr, hist_ptr, state_ptr, k, ks, IS_BF
         tl.store(hist_ptr + 386, eq.to(tl.int64))
 
 
+def _count_programs(device: torch.device) -> int:
+    """The counting pass's grid: two programs per SM (264 on an H100: 24.7% of the copy bandwidth on
+    a MAP-NEO 460M block against 14.9% at 1024, results/tuning/h100_probe_window_pivot_sweep.txt)."""
+    if device.type == "cuda":
+        return 2 * torch.cuda.get_device_properties(device).multi_processor_count
+    return 264
+
+
 def _sampled_values(n: int, sample: int) -> int:
     """How many of ``n`` values a ``sample`` pass reads (``_block_offsets``' layout)."""
-    per_block = BLOCK // sample
-    inner = [(r // 16) * 16 * sample + r % 16 for r in range(per_block)]
-    return (n // BLOCK) * per_block + sum(1 for o in inner if o < n % BLOCK)
+    span = BLOCK * sample
+    inner = [(r // 16) * 16 * sample + r % 16 for r in range(BLOCK)]
+    return (n // span) * BLOCK + sum(1 for o in inner if o < n % span)
 
 
 def window_pivot_launches(
@@ -380,7 +389,7 @@ def window_pivot_launches(
     k: int,
     dtype: torch.dtype,
     sample_programs: int = WINDOW_SAMPLE_PROGRAMS,
-    count_programs: int = WINDOW_COUNT_PROGRAMS,
+    count_programs: int | None = None,
     count_warps: int = WINDOW_COUNT_WARPS,
     fallback_programs: int = WINDOW_FALLBACK_PROGRAMS,
     window: int = WINDOW,
@@ -406,12 +415,13 @@ def window_pivot_launches(
     n_s = sum(_sampled_values(f.numel(), WINDOW_SAMPLE) for f in flats)
     ks = min(n_s, max(1, round(k * n_s / n))) if k > 0 else 0
     groups = [flats[i : i + MAX_TENSORS] for i in range(0, len(flats), MAX_TENSORS)]
+    grid = count_programs or _count_programs(flats[0].device)
     sample, win, flag = counts[SAMPLE_AT:WIN_AT], counts[WIN_AT:FLAG_AT], counts[FLAG_AT:]
     is_bf16 = dtype == torch.bfloat16
     inf_key = 0x7F80 if is_bf16 else 0x7C00
     out = [hist16_launch(g, sample, ks, p, WINDOW_SAMPLE, programs=sample_programs) for p in (1, 2) for g in groups]
     for g in groups:
-        slots, programs, iters = tensor_slots(g, max_iters=_MAX_WINDOW_ITERS, programs=count_programs)
+        slots, programs, iters = tensor_slots(g, max_iters=_MAX_WINDOW_ITERS, programs=grid)
         args = (*slots, sample, win, ks, iters, inf_key, BLOCK, window)
         out.append((_window_kernel, (programs,), args, count_warps))
     out.append((_select_window_kernel, (1,), (sample, win, counts, state, k, ks, is_bf16, window), 4))

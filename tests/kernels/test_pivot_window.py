@@ -62,10 +62,11 @@ def test_window_hits_and_equals_two_passes(dtype, rows, window):
 def test_window_miss_runs_the_exact_passes():
     """A sample unlike the rest (large values exactly where the sample reads): the window misses,
     the guarded passes run, and the result is still exact."""
-    x = torch.full((64 * 4096,), 0.001)
-    r = torch.arange(pt.BLOCK // pt.WINDOW_SAMPLE)
-    inner = (r // 16) * 16 * pt.WINDOW_SAMPLE + r % 16
-    sampled = (torch.arange(64)[:, None] * pt.BLOCK + inner[None, :]).reshape(-1)
+    span = pt.BLOCK * pt.WINDOW_SAMPLE  # the values one block of the sample's passes spans
+    x = torch.full((2 * span,), 0.001)
+    r = torch.arange(pt.BLOCK)
+    inner = (r // 16) * 16 * pt.WINDOW_SAMPLE + r % 16  # one 16-value sector in every WINDOW_SAMPLE
+    sampled = (torch.arange(2)[:, None] * span + inner[None, :]).reshape(-1)
     x[sampled] = 5.0
     x += 1e-4 * torch.rand(x.shape, generator=torch.Generator().manual_seed(3))
     x = x.to(torch.bfloat16)
