@@ -8,7 +8,7 @@ flushed, median): whole, and each part (the sample's passes, the counting pass, 
 idle guarded fallback, the fallback forced), on a MAP-NEO 460M and a 7B block, normal and
 row-scaled weights, densities 0.5 / 0.25; windows of 8 and 16 keys. The grid and warp sweep
 behind the defaults is results/tuning/h100_probe_window_pivot_sweep.txt (an earlier version of
-this probe, at 1b1e0bf).
+this probe, at abf9f27).
 
     python3 scripts/probes/gpu_probe_window_pivot.py
 """
