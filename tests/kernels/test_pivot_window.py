@@ -17,9 +17,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _two_pass(ts: list[torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    counts = torch.zeros(pt.COUNTS_LEN, dtype=torch.int64)
+    counts = torch.zeros(pt.COUNTS_LEN, dtype=torch.int64, device=ts[0].device)
     counts[: pt.HIST_LEN] = pt.hist16_counts(ts, k)
-    state = torch.full((2,), float("nan"))
+    state = torch.full((2,), float("nan"), device=ts[0].device)
     pt.select16(counts, state, k, ts[0].dtype, clear=True)
     return state, counts
 
@@ -140,3 +140,41 @@ def test_window_refuses_bad_buffers():
         pt.window_pivot_launches([x], ok_counts, ok_state, 10, torch.bfloat16, window=12)
     with pytest.raises(ValueError, match="sample"):
         pt.hist16_launch([x], ok_counts, 10, 1, sample=3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_window_pivot_on_gpu_and_captured(monkeypatch):
+    """On a GPU, at a MAP-NEO 460M block's shapes: window pivot == two passes, FlexMasker's masks
+    equal with either pivot, and a CUDA graph of FlexMasker replayed on new weights == eager."""
+    from kernels.ops.flex import FlexMasker
+    from kernels.ops.patterns import TBS
+
+    shapes = [(1024, 1024)] * 4 + [(3072, 1024)] * 2 + [(1024, 3072)]
+    for seed, rows in ((0, False), (1, True)):
+        ws = [w.cuda() for w in _weights(shapes, torch.bfloat16, seed, rows)]
+        n = sum(w.numel() for w in ws)
+        for density in (0.25, 0.5):
+            k = round(density * n)
+            state, counts = pt.window_pivot(ws, k)
+            want, want_counts = _two_pass(ws, k)
+            assert torch.equal(state.view(torch.int32), want.view(torch.int32))
+            assert counts[pt.NONFINITE : pt.COUNTS_LEN].tolist() == want_counts[pt.NONFINITE :].tolist()
+    masker = FlexMasker(ws, TBS(4), 0.5, seed=3)
+    assert n >= pt.WINDOW_MIN_VALUES and len(masker._pivot_launches) > 3
+    monkeypatch.setattr(pt, "WINDOW_MIN_VALUES", 1 << 40)
+    two = FlexMasker(ws, TBS(4), 0.5, seed=3)
+    for a, b in zip(masker(), two(), strict=True):
+        assert torch.equal(a, b)
+    graph = torch.cuda.CUDAGraph()
+    masker(check=False)
+    with torch.cuda.graph(graph):
+        masker(check=False)
+    for w, fresh in zip(ws, _weights(shapes, torch.bfloat16, 7, True), strict=True):
+        w.copy_(fresh)
+    for m in masker.masks:
+        m.fill_(True)  # poisoned: a replay that writes nothing shows
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(masker.masks, two(), strict=True):
+        assert torch.equal(a, b)
