@@ -455,7 +455,7 @@ class FlexMasker:
         if self._needs_pivot:  # a fixed n:m pattern never writes the state
             self.state.fill_(float("nan"))
         if self._device_pivot:  # the host-pivot path writes the state but no counts
-            self.counts[self.nonfinite_index :].fill_(-1)
+            self.counts[self.nonfinite_index : self.nonfinite_index + 3].fill_(-1)  # non-finite, gt, eq
         for x in launches:
             x.direct = True
         self.direct = True

@@ -160,8 +160,12 @@ def test_window_pivot_on_gpu_and_captured(monkeypatch):
             want, want_counts = _two_pass(ws, k)
             assert torch.equal(state.view(torch.int32), want.view(torch.int32))
             assert counts[pt.NONFINITE : pt.COUNTS_LEN].tolist() == want_counts[pt.NONFINITE :].tolist()
-    masker = FlexMasker(ws, TBS(4), 0.5, seed=3)
-    assert n >= pt.WINDOW_MIN_VALUES and len(masker._pivot_launches) > 3
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # direct launches must give Triton's results (they poison outputs only)
+        masker = FlexMasker(ws, TBS(4), 0.5, seed=3)
+    assert masker.direct and n >= pt.WINDOW_MIN_VALUES and len(masker._pivot_launches) > 3
     monkeypatch.setattr(pt, "WINDOW_MIN_VALUES", 1 << 40)
     two = FlexMasker(ws, TBS(4), 0.5, seed=3)
     for a, b in zip(masker(), two(), strict=True):
