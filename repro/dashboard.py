@@ -234,7 +234,7 @@ def _suite_page(name: str, mod, df: pd.DataFrame, figures_dir: Path, out: Path) 
         )
         body.append(f"<h2>{_e(dev)} &mdash; {_e(prof)} profile ({_e(kind)})</h2>")
         for st in frame_staleness(name, part):  # results older than the code behind them say so
-            cls = "stale" if st.stale else "fresh"
+            cls = "stale" if st.stale else ("reviewed" if st.reviewed_at else "fresh")
             body.append(f'<p class="{cls}"><strong>{_e(st.sentence())}</strong></p>')
         if prof != "full" or not gpu:
             body.append(

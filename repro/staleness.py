@@ -98,14 +98,24 @@ class Staleness:
     commit: str
     changed_by: str
     known: bool
+    reviewed_at: str = ""
+    """A commit at which a person read the change and recorded why the numbers stand
+    (:data:`REVIEWS`); "" where none did. Only a review no later change to the code follows counts."""
+    reason: str = ""
 
     @property
     def stale(self) -> bool:
-        return self.known and bool(self.changed_by)
+        return self.known and bool(self.changed_by) and not self.reviewed_at
 
     def sentence(self) -> str:
         if not self.known:
             return f"freshness unknown (results from {self.commit[:10] or 'no commit'}; no git history here)"
+        if self.reviewed_at:
+            return (
+                f"STANDS BY REVIEW: results from {self.commit[:10]}; the code behind them changed since "
+                f"(commit {self.changed_by}); reviewed at {self.reviewed_at[:10]}: {self.reason} "
+                "(not re-measured: re-run the suite to refresh)"
+            )
         if self.stale:
             return (
                 f"STALE: results from {self.commit[:10]}; the code behind them changed since "
@@ -114,20 +124,76 @@ class Staleness:
         return f"fresh: results from {self.commit[:10]}; no change to the code behind them since"
 
 
-@lru_cache(maxsize=64)
-def staleness(suite: str, commit: str) -> Staleness:
-    """Staleness of rows of ``suite`` measured at ``commit`` (a ``-dirty`` suffix is dropped: the
-    committed part is compared)."""
-    sha = commit.removesuffix("-dirty")
-    if not sha or sha == "unknown" or not git("rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}"):
-        return Staleness(commit, "", False)
-    paths = list(number_sources(suite))
+REVIEWS = "results/reviews.csv"
+"""Stale results a person reviewed: ``suite,results_commit,reviewed_at,reason``, one line each. A
+review says why rows of ``suite`` measured at ``results_commit`` still describe the code at
+``reviewed_at`` (e.g. the changed code is imported but never runs on their path; a kernel replaced
+by a bit-for-bit equal one); it covers changes up to ``reviewed_at`` only, and the pages say
+"stands by review" with the reason, never "fresh"."""
+
+
+@dataclass(frozen=True)
+class Review:
+    suite: str
+    results_commit: str
+    reviewed_at: str
+    reason: str
+
+
+@lru_cache(maxsize=1)
+def reviews(path: str = REVIEWS) -> tuple[Review, ...]:
+    """The reviews in ``path`` (relative to the repository). A malformed line is an error naming
+    the file and line, not a silently ignored review."""
+    import csv
+
+    from repro.provenance import REPO
+
+    file = REPO / path
+    if not file.is_file():
+        return ()
+    out = []
+    with file.open(newline="") as f:
+        rows = csv.reader(f)
+        header = next(rows, None)
+        if header != ["suite", "results_commit", "reviewed_at", "reason"]:
+            raise ValueError(f"{path}: the header must be suite,results_commit,reviewed_at,reason, got {header}")
+        for line, row in enumerate(rows, start=2):
+            if len(row) != 4 or not all(x.strip() for x in row):
+                raise ValueError(f"{path}:{line}: expected 4 non-empty fields, got {row}")
+            if len(row[1]) < 7 or len(row[2]) < 7:
+                raise ValueError(f"{path}:{line}: commits need at least 7 hex digits, got {row[1]!r}, {row[2]!r}")
+            out.append(Review(*(x.strip() for x in row)))
+    return tuple(out)
+
+
+def _newest_change(suite: str, paths: list[str], sha: str) -> str:
+    """The newest commit after ``sha`` that changed the code behind ``suite`` ("" if none)."""
     # the net change, not every commit in between: a change and its revert leave results fresh
     changed = [p for p in git("diff", "--name-only", sha, "HEAD", "--", *paths).splitlines() if p]
     own = f"suites/{suite}.py"
     if own in changed and _report_only_change(own, sha):  # compare / plot / verdict / summary only
         changed.remove(own)
-    newer = git("log", "-1", "--format=%h", f"{sha}..HEAD", "--", *changed) if changed else ""
+    return git("log", "-1", "--format=%h", f"{sha}..HEAD", "--", *changed) if changed else ""
+
+
+@lru_cache(maxsize=64)
+def staleness(suite: str, commit: str) -> Staleness:
+    """Staleness of rows of ``suite`` measured at ``commit`` (a ``-dirty`` suffix is dropped: the
+    committed part is compared); a stale result some review covers (:data:`REVIEWS`) says so."""
+    sha = commit.removesuffix("-dirty")
+    if not sha or sha == "unknown" or not git("rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}"):
+        return Staleness(commit, "", False)
+    paths = list(number_sources(suite))
+    newer = _newest_change(suite, paths, sha)
+    if newer:
+        full = git("rev-parse", f"{sha}^{{commit}}")
+        for r in reviews():
+            if r.suite != suite or not full.startswith(r.results_commit):
+                continue
+            at = git("rev-parse", "--verify", "--quiet", f"{r.reviewed_at}^{{commit}}")
+            # a review counts from a later commit, and only while no change to the code follows it
+            if at and git("merge-base", full, at) == full and not _newest_change(suite, paths, at):
+                return Staleness(commit, newer, True, at, r.reason)
     return Staleness(commit, newer, True)
 
 
