@@ -78,9 +78,9 @@ def measured_part(source: str) -> str:
     return "\n".join(ast.dump(body[i]) for i in sorted(kept))
 
 
-def _report_only_change(path: str, sha: str) -> bool:
-    """True when ``path`` (a suite module) differs between ``sha`` and HEAD in its report alone."""
-    old, new = git("show", f"{sha}:{path}"), git("show", f"HEAD:{path}")
+def _report_only_change(path: str, sha: str, head: str = "HEAD") -> bool:
+    """True when ``path`` (a suite module) differs between ``sha`` and ``head`` in its report alone."""
+    old, new = git("show", f"{sha}:{path}"), git("show", f"{head}:{path}")
     if not old or not new:
         return False
     try:
@@ -166,14 +166,14 @@ def reviews(path: str = REVIEWS) -> tuple[Review, ...]:
     return tuple(out)
 
 
-def _newest_change(suite: str, paths: list[str], sha: str) -> str:
-    """The newest commit after ``sha`` that changed the code behind ``suite`` ("" if none)."""
+def _newest_change(suite: str, paths: list[str], sha: str, head: str = "HEAD") -> str:
+    """The newest commit after ``sha`` up to ``head`` that changed the code behind ``suite`` ("" if none)."""
     # the net change, not every commit in between: a change and its revert leave results fresh
-    changed = [p for p in git("diff", "--name-only", sha, "HEAD", "--", *paths).splitlines() if p]
+    changed = [p for p in git("diff", "--name-only", sha, head, "--", *paths).splitlines() if p]
     own = f"suites/{suite}.py"
-    if own in changed and _report_only_change(own, sha):  # compare / plot / verdict / summary only
+    if own in changed and _report_only_change(own, sha, head):  # compare / plot / verdict / summary only
         changed.remove(own)
-    return git("log", "-1", "--format=%h", f"{sha}..HEAD", "--", *changed) if changed else ""
+    return git("log", "-1", "--format=%h", f"{sha}..{head}", "--", *changed) if changed else ""
 
 
 @lru_cache(maxsize=64)
