@@ -6,7 +6,11 @@ in the bucket that holds rank k (pass 2; each program finds that bucket itself f
 histogram, so the passes run back to back with no host round trip). Each program accumulates
 ``tl.histogram`` over many blocks in registers and adds it to the global counts once. The caller
 reads the 384 counts back in one copy (``kernels.ops.pivot.pivot_and_tie_16bit``); the reference is
-the same select written with ``torch.bincount`` (``pivot_and_tie_16bit_reference``)."""
+the same select written with ``torch.bincount`` (``pivot_and_tie_16bit_reference``).
+
+``FlexMasker`` selects with the window pivot below from 2**20 values (``window_pivot_launches``):
+the two passes on a 1/32 sample, one counting pass, and the two passes on every value only where
+the sample's window missed rank k; the same result, bit for bit."""
 
 from __future__ import annotations
 
@@ -260,20 +264,20 @@ def select16(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: torch.dty
     kernel[grid](*args, num_warps=warps)
 
 
-# -- the window pivot: a sample places a 16-key window, one counting pass finds rank k in it ------
+# -- the window pivot: a sample places an 8-key window, one counting pass finds rank k in it -----
 #
 # The two histogram passes above are bound by tl.histogram (one shared-memory atomic a value:
 # 77 + 67 us on a MAP-NEO 460M block where a pass that only counts takes 14-21 us;
 # results/tuning/h100_probe_hist16.txt, h100_probe_hist_mma.txt). Weights are many and smooth, so
 # the k-th largest key of a 1/32 sample (one 16-value sector in every 32, the same two passes on
-# it) lies within a few keys of the exact one. One counting pass then counts, exactly and with
-# no atomics per value, the values above a 16-key window around it and the values of each key
-# in it (8-bit counters packed eight to an int64: one shift, one select, one add a value). Where
-# rank k falls in the window (the select kernel checks it) that gives the exact pivot, #(above),
-# #(equal) and the non-finite count; where it does not (a sample far off, k == 0), a flag runs
-# the two exact passes and ``_select16_kernel``, which otherwise launch and read nothing. Either
-# way the result is bit for bit the two-pass select's; the launches are the same every call (a
-# CUDA graph captures them).
+# it) lies within a key or two of the exact one. One counting pass then counts, exactly and with
+# no atomics per value, the values above an 8-key window around it (``WINDOW``; 16 possible) and
+# the values of each key in it (8-bit counters packed eight to an int64: one shift, one select,
+# one add a value). Where rank k falls in the window (the select kernel checks it) that gives the
+# exact pivot, #(above), #(equal) and the non-finite count; where it does not (a sample far off,
+# k == 0), a flag runs the two exact passes and ``_select16_kernel``, which otherwise launch and
+# read nothing. Either way the result is bit for bit the two-pass select's; the launches are the
+# same every call (a CUDA graph captures them). H100 numbers: docs/methods.md, "The window pivot".
 
 WINDOW = 8  # keys counted one by one around the sample's pivot (8 or 16)
 WINDOW_SAMPLE = 32  # the sample: one 16-value sector in every 32
