@@ -7,7 +7,8 @@ pages and ``repro compare`` say so, naming that commit. Plotting, the dashboard,
 and the results store produce no number, so changes to them leave results fresh. Inside the suite's
 own module the same holds for its report: the functions the CLI and the dashboard call on stored
 rows (:data:`REPORT_ENTRY_POINTS`) and the definitions only they reach; a change confined to them
-(or to docstrings) leaves the rows fresh (:func:`measured_part`). Outside a git checkout nothing can
+leaves the rows fresh (:func:`measured_part`). In every file a change to comments, formatting or
+docstrings alone leaves them fresh (:func:`code_part`). Outside a git checkout nothing can
 be told (shown as unknown)."""
 
 from __future__ import annotations
@@ -45,6 +46,26 @@ def _strip_docstrings(node: ast.AST) -> ast.AST:
         if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
             n.body = body[1:] or [ast.Pass()]
     return node
+
+
+def code_part(source: str) -> str:
+    """A module's code as a normalised AST dump: comments, formatting and docstrings dropped, which
+    change no number in any module."""
+    return ast.dump(_strip_docstrings(ast.parse(source)))
+
+
+def _same_code(path: str, sha: str, head: str) -> bool:
+    """True when ``path`` (a Python file) differs between ``sha`` and ``head`` in comments,
+    formatting or docstrings alone."""
+    if not path.endswith(".py"):
+        return False
+    old, new = git("show", f"{sha}:{path}"), git("show", f"{head}:{path}")
+    if not old or not new:
+        return False
+    try:
+        return code_part(old) == code_part(new)
+    except SyntaxError:
+        return False
 
 
 def measured_part(source: str) -> str:
@@ -170,6 +191,7 @@ def _newest_change(suite: str, paths: list[str], sha: str, head: str = "HEAD") -
     """The newest commit after ``sha`` up to ``head`` that changed the code behind ``suite`` ("" if none)."""
     # the net change, not every commit in between: a change and its revert leave results fresh
     changed = [p for p in git("diff", "--name-only", sha, head, "--", *paths).splitlines() if p]
+    changed = [p for p in changed if not _same_code(p, sha, head)]  # comments / docstrings only
     own = f"suites/{suite}.py"
     if own in changed and _report_only_change(own, sha, head):  # compare / plot / verdict / summary only
         changed.remove(own)

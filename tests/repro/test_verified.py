@@ -185,6 +185,41 @@ def test_measured_part_ignores_the_report_and_docstrings_only():
         assert measured_part(src) != base
 
 
+def test_code_part_ignores_comments_formatting_and_docstrings_only():
+    """In any module, comments, formatting and docstrings change no number: editing them leaves the
+    code part equal; editing a statement, a constant or a string that is not a docstring does not."""
+    from repro.staleness import code_part
+
+    base = code_part(SUITE_SRC)
+    for src in (
+        _edit('"""A suite."""', '"""Another suite."""'),
+        _edit('"""How it measures."""', '"""How it measures, said better."""'),
+        _edit("SCALE = 2.0", "SCALE = 2.0  # a comment"),
+        _edit("SCALE = 2.0", "SCALE = (\n    2.0\n)"),
+    ):
+        assert code_part(src) == base
+    for src in (
+        _edit("SCALE = 2.0", "SCALE = 3.0"),
+        _edit("return _table(df)", "return _table(df) + 1"),  # even a report: the suite rule decides those
+        _edit("import math", "import cmath"),
+    ):
+        assert code_part(src) != base
+
+
+def test_a_comment_only_change_leaves_results_fresh():
+    """The comment and docstring edit of kernels/ops/_pivot_triton.py after a52a6c1 (figure3's
+    results commit) leaves figure3 fresh when judged at that edit; the change before it does not."""
+    from repro.provenance import git
+    from repro.staleness import _newest_change
+
+    edit = git("log", "-1", "--format=%H", "--grep=^_pivot_triton.py: comments and docstring only", "HEAD")
+    if not edit:
+        pytest.skip("needs this repository's history")
+    paths = list(number_sources("figure3"))
+    assert _newest_change("figure3", paths, "a52a6c1", head=edit) == ""
+    assert _newest_change("figure3", paths, "e21995d", head=edit) != ""
+
+
 def test_a_report_only_change_leaves_results_fresh():
     """Between campaign be79020 and 9ab851b only fast_figure3_e2e's report changed (the scaling rows,
     summary and verdict): the measured part of the suite module is the same at both commits,
