@@ -49,32 +49,12 @@ from kernels.ops._pivot_triton import (  # noqa: E402
     BLOCK,
     COUNTS_LEN,
     HIST_LEN,
+    _slot,
     hist16_counts,
     hist16_launch,
     select16,
     tensor_slots,
 )
-
-
-@triton.jit
-def _slot(g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7):
-    # the tensor that global block g falls in (tensor_slots' layout, as the production kernels)
-    x, n, start = x0, n0, 0
-    if g >= s1:
-        x, n, start = x1, n1, s1
-    if g >= s2:
-        x, n, start = x2, n2, s2
-    if g >= s3:
-        x, n, start = x3, n3, s3
-    if g >= s4:
-        x, n, start = x4, n4, s4
-    if g >= s5:
-        x, n, start = x5, n5, s5
-    if g >= s6:
-        x, n, start = x6, n6, s6
-    if g >= s7:
-        x, n, start = x7, n7, s7
-    return x, n, start
 
 
 @triton.jit
