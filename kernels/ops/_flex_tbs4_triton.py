@@ -6,17 +6,29 @@ Fused FAST mask generation for TBS(4,4): count vs pivot, Philox draw, exact with
 import triton
 import triton.language as tl
 
+from kernels.ops._chain_triton import chain_prologue
+from kernels.ops._multi_triton import multi_program
+
 
 @triton.jit(do_not_specialize=["seed"])
 def flex_tbs4_kernel(
     w_ptr, m_ptr, pivot, tie, seed, n_tile_rows, n_tile_cols, stride_w, stride_m,
-    TC: tl.constexpr, PIVOT_PTR: tl.constexpr = False,
+    x1, x2, x3, x4, x5, x6, x7, table_ptr,
+    TC: tl.constexpr, PIVOT_PTR: tl.constexpr = False, MULTI: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
+    chain_prologue(PDL)  # a chained launch (kernels/ops/_chain_triton.py)
     if PIVOT_PTR:  # pivot points at the device state (pivot, tie share); tie is unused
         tie = tl.load(pivot + 1)
         pivot = tl.load(pivot)
-    tr = tl.program_id(0)
-    tc = tl.program_id(1) * TC + tl.arange(0, TC)
+    if MULTI:  # one launch over up to 8 weights (kernels/ops/_multi_triton.py)
+        tr, pid1, w_ptr, m_ptr, n_tile_rows, n_tile_cols, stride_w, stride_m = multi_program(
+            w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr, table_ptr
+        )
+    else:
+        tr = tl.program_id(0)
+        pid1 = tl.program_id(1)
+    tc = pid1 * TC + tl.arange(0, TC)
     col = 4 * tc[:, None] + tl.arange(0, 4)[None, :]
     inb = (tc < n_tile_cols)[:, None]
     row0 = (4 * tr).to(tl.int64)

@@ -25,6 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.ops._chain_triton import chain_prologue
+from kernels.ops._multi_triton import MULTI_SLOTS, aligned, multi_program, multi_table
 from kernels.ops.patterns import NM, SWEEPS, TBS, Pattern, Vegeta
 
 
@@ -153,27 +155,45 @@ def _flex_tbs_kernel(
     n_tile_cols,
     stride_w,
     stride_m,
+    x1,
+    x2,
+    x3,
+    x4,
+    x5,
+    x6,
+    x7,
+    table_ptr,
     X: tl.constexpr,
     TC: tl.constexpr,
     SWEEPS: tl.constexpr,
     PIVOT_PTR: tl.constexpr = False,
+    MULTI: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """TBS(X) for X = 8, 16: count vs pivot, Philox draw of n per tile, then the selection of
     ``kernels.ops.patterns.tbs_select_swaps`` (two permutation starts, SWEEPS sweeps of row-pair
     swaps, the better start). A tile's X rows are X tensors of [TC, H] per column (H = X / 8
     lanes hold 8 columns each), so a tile sits in H threads' registers, a row pair's work is
-    elementwise, and only the per-pair maxima cross lanes (for X = 16)."""
+    elementwise, and only the per-pair maxima cross lanes (for X = 16). ``MULTI``: one launch
+    over up to 8 weights (``_multi_triton``; x1..x7 and the table are unused otherwise)."""
     H: tl.constexpr = X // 8
+    chain_prologue(PDL)
     if PIVOT_PTR:  # ``pivot`` points at the device state (pivot, tie share); ``tie`` is unused
         tie = tl.load(pivot + 1)
         pivot = tl.load(pivot)
-    tr = tl.program_id(0)
-    tc = tl.program_id(1) * TC + tl.arange(0, TC)
+    if MULTI:
+        tr, pid1, w_ptr, m_ptr, _, n_tile_cols, stride_w, stride_m = multi_program(
+            w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr, table_ptr
+        )
+    else:
+        tr = tl.program_id(0)
+        pid1 = tl.program_id(1)
+    tc = pid1 * TC + tl.arange(0, TC)
     hh = tl.arange(0, H)[None, :]
     row0 = (X * tr).to(tl.int64)
     # rows are loaded as [TC * H, 8] (tile-major, then column group): neighbouring lanes hold the
     # column groups of one tile, so the per-pair maxima cross lanes of a warp only
-    q = tl.program_id(1) * (TC * H) + tl.arange(0, TC * H)
+    q = pid1 * (TC * H) + tl.arange(0, TC * H)
     col = 8 * q[:, None] + tl.arange(0, 8)[None, :]
     inb = (q < n_tile_cols * H)[:, None]
     gt = tl.zeros([TC * H], dtype=tl.int32)
@@ -222,6 +242,14 @@ def _flex_groups_kernel(
     n_tile_cols,
     stride_w,
     stride_m,
+    x1,
+    x2,
+    x3,
+    x4,
+    x5,
+    x6,
+    x7,
+    table_ptr,
     G: tl.constexpr,
     M: tl.constexpr,
     TT: tl.constexpr,
@@ -229,12 +257,24 @@ def _flex_groups_kernel(
     C2: tl.constexpr,
     FIXED_N: tl.constexpr,
     PIVOT_PTR: tl.constexpr = False,
+    MULTI: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     # one row, TT tiles of G groups of M entries; configurations {0, C1, C2, M} or FIXED_N.
     # One contiguous [TT, G, M] load and store; the rank of entry e inside its group is counted
     # against the group's M entries along the last axis (held by one thread: no layout shuffles).
-    r = tl.program_id(0).to(tl.int64)
-    t = tl.program_id(1) * TT + tl.arange(0, TT)
+    # MULTI: one launch over up to 8 weights (_multi_triton; x1..x7 and the table unused otherwise);
+    # PDL: a chained launch (_chain_triton)
+    chain_prologue(PDL)
+    if MULTI:
+        r, pid1, w_ptr, m_ptr, _, n_tile_cols, stride_w, stride_m = multi_program(
+            w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr, table_ptr
+        )
+        r = r.to(tl.int64)
+    else:
+        r = tl.program_id(0).to(tl.int64)
+        pid1 = tl.program_id(1)
+    t = pid1 * TT + tl.arange(0, TT)
     g = tl.arange(0, G)
     ev = tl.arange(0, M)
     col = (G * M) * t[:, None, None] + M * g[None, :, None] + ev[None, None, :]
@@ -296,7 +336,51 @@ GROUPS_ELEMS, GROUPS_WARPS = 1024, 4
 CIRCULANT_ELEMS, CIRCULANT_WARPS = 8192, 4
 
 
-MaskLaunch = tuple[object, tuple[int, int], tuple, int]  # kernel, grid, positional args, num_warps
+MaskLaunch = tuple[object, tuple[int, ...], tuple, int]  # kernel, grid, positional args, num_warps
+_SLOTS = ("x1", "x2", "x3", "x4", "x5", "x6", "x7")
+
+
+def _ordered(kernel: object, named: dict) -> tuple:
+    """``named`` as the positional arguments of ``kernel`` (signature order, constexprs included)."""
+    return tuple(named[a] for a in kernel.arg_names)
+
+
+def _mask_args(
+    w: torch.Tensor, out: torch.Tensor, pattern: Pattern, pivot: float | torch.Tensor, seed: int, tie: float
+) -> tuple[object, tuple[int, int], dict, int]:
+    """(kernel, 2-D grid, arguments by name, warps) of one weight's own launch."""
+    r, c = w.shape
+    m8 = out.view(torch.int8)
+    dev = isinstance(pivot, torch.Tensor)
+    if not dev:
+        pivot, tie = float(pivot), float(tie)
+    else:
+        tie = 0.0
+    named = dict(w_ptr=w, m_ptr=m8, pivot=pivot, tie=tie, seed=seed, stride_w=w.stride(0), stride_m=out.stride(0))
+    named.update({x: w for x in _SLOTS}, table_ptr=w, PIVOT_PTR=dev, MULTI=False, PDL=False)
+    if isinstance(pattern, TBS) and pattern.x == 4:
+        from kernels.ops._flex_tbs4_triton import flex_tbs4_kernel
+
+        tcols = c // 4
+        tc = min(128, triton.next_power_of_2(tcols))
+        named.update(n_tile_rows=r // 4, n_tile_cols=tcols, TC=tc)
+        return flex_tbs4_kernel, (r // 4, triton.cdiv(tcols, tc)), named, 4
+    if isinstance(pattern, TBS):
+        x = pattern.x
+        tcols = c // x
+        tc = max(1, min(triton.next_power_of_2(tcols), CIRCULANT_ELEMS // (8 * x)))
+        named.update(n_tile_cols=tcols, X=x, TC=tc, SWEEPS=SWEEPS)
+        return _flex_tbs_kernel, (r // x, triton.cdiv(tcols, tc)), named, CIRCULANT_WARPS
+    if isinstance(pattern, Vegeta):
+        m, g, fixed = pattern.m, pattern.tile_len // pattern.m, -1
+        c1, c2 = pattern.configs[1], pattern.configs[2]
+    else:  # NM
+        m, g, fixed, c1, c2 = pattern.m, 1, pattern.n, 1, 1
+    tcols = c // (g * m)
+    elems = GROUPS_ELEMS if m <= 4 else 2 * GROUPS_ELEMS
+    tt = max(1, min(triton.next_power_of_2(tcols), elems // (g * m)))
+    named.update(n_tile_cols=tcols, G=g, M=m, TT=tt, C1=c1, C2=c2, FIXED_N=fixed)
+    return _flex_groups_kernel, (r, triton.cdiv(tcols, tt)), named, GROUPS_WARPS
 
 
 def mask_launch(
@@ -311,36 +395,55 @@ def mask_launch(
     stride) into ``out`` (bool, same shape): kernel, grid, every argument in signature order
     (constexprs included, as Triton binds them) and warps. ``pivot`` is a float (then ``tie``
     is used) or a float32 device tensor holding (pivot, tie share) (``PIVOT_PTR``)."""
-    r, c = w.shape
-    m8 = out.view(torch.int8)
-    dev = isinstance(pivot, torch.Tensor)
-    if not dev:
-        pivot, tie = float(pivot), float(tie)
-    else:
-        tie = 0.0
-    if isinstance(pattern, TBS) and pattern.x == 4:
-        from kernels.ops._flex_tbs4_triton import flex_tbs4_kernel
+    kernel, grid, named, warps = _mask_args(w, out, pattern, pivot, seed, tie)
+    return kernel, grid, _ordered(kernel, named), warps
 
-        tcols = c // 4
-        tc = min(128, triton.next_power_of_2(tcols))
-        args = (w, m8, pivot, tie, seed, r // 4, tcols, w.stride(0), out.stride(0), tc, dev)
-        return flex_tbs4_kernel, (r // 4, triton.cdiv(tcols, tc)), args, 4
-    if isinstance(pattern, TBS):
-        x = pattern.x
-        tcols = c // x
-        tc = max(1, min(triton.next_power_of_2(tcols), CIRCULANT_ELEMS // (8 * x)))
-        args = (w, m8, pivot, tie, seed, tcols, w.stride(0), out.stride(0), x, tc, SWEEPS, dev)
-        return _flex_tbs_kernel, (r // x, triton.cdiv(tcols, tc)), args, CIRCULANT_WARPS
-    if isinstance(pattern, Vegeta):
-        m, g, fixed = pattern.m, pattern.tile_len // pattern.m, -1
-        c1, c2 = pattern.configs[1], pattern.configs[2]
-    else:  # NM
-        m, g, fixed, c1, c2 = pattern.m, 1, pattern.n, 1, 1
-    tcols = c // (g * m)
-    elems = GROUPS_ELEMS if m <= 4 else 2 * GROUPS_ELEMS
-    tt = max(1, min(triton.next_power_of_2(tcols), elems // (g * m)))
-    args = (w, m8, pivot, tie, seed, tcols, w.stride(0), out.stride(0), g, m, tt, c1, c2, fixed, dev)
-    return _flex_groups_kernel, (r, triton.cdiv(tcols, tt)), args, GROUPS_WARPS
+
+def multi_mask_launches(
+    weights: list[torch.Tensor],
+    outs: list[torch.Tensor],
+    base: torch.Tensor,
+    pattern: Pattern,
+    state: torch.Tensor,
+    seed: int,
+) -> list[MaskLaunch]:
+    """The launches writing the masks of ``weights`` into ``outs`` (bool views into ``base``, one
+    flat buffer) with the device pivot ``state``: one launch per run of up to ``MULTI_SLOTS``
+    consecutive weights that share the kernel, its constexprs and warps (``_multi_triton``);
+    a weight whose strides, mask offset or pointer are not multiples of 16 elements gets its own
+    launch. Same masks, bit for bit, as ``mask_launch`` weight by weight."""
+    if base.dtype != torch.bool or not base.is_contiguous():
+        raise ValueError("base must be a contiguous bool buffer holding every mask")
+    if len(weights) != len(outs):
+        raise ValueError(f"{len(weights)} weights but {len(outs)} masks")
+    lo, hi = base.data_ptr(), base.data_ptr() + base.numel()
+    runs: list[list] = []  # [key, [(weight, grid, named)]]
+    out: list[MaskLaunch] = []
+    for w, o in zip(weights, outs, strict=True):
+        kernel, grid, named, warps = _mask_args(w, o, pattern, state, seed, 0.0)
+        offset = o.data_ptr() - lo
+        inside = lo <= o.data_ptr() and o.data_ptr() + o.numel() <= hi
+        ok = inside and aligned(w.stride(0), o.stride(0), offset, w.data_ptr() // w.element_size())
+        if not ok:
+            out.append((kernel, grid, _ordered(kernel, named), warps))
+            continue
+        key = (kernel, warps) + tuple(v for a, v in named.items() if a[0].isupper())
+        if not runs or runs[-1][0] != key or len(runs[-1][1]) == MULTI_SLOTS:
+            runs.append([key, []])
+        runs[-1][1].append((w, grid, named, offset))
+    for key, members in runs:
+        kernel, warps = key[0], key[1]
+        rows, first = [], 0
+        for _w, grid, named, offset in members:
+            rows.append((first, grid[1], named.get("n_tile_rows", 0), named["n_tile_cols"],
+                         named["stride_w"], named["stride_m"], offset))  # fmt: skip
+            first += grid[0] * grid[1]
+        named = dict(members[0][2], m_ptr=base.view(torch.int8), MULTI=True)
+        pad = [members[0][0]] * (MULTI_SLOTS - len(members))
+        named.update(zip(_SLOTS, [m[0] for m in members[1:]] + pad, strict=True))
+        named["table_ptr"] = multi_table(rows, base.device)
+        out.append((kernel, (first,), _ordered(kernel, named), warps))
+    return out
 
 
 def fast_mask_triton(w: torch.Tensor, pattern: Pattern, pivot: float, seed: int, tie: float = 1.0) -> torch.Tensor:

@@ -9,7 +9,8 @@ transposable search of ``_gen_transposable`` (19 column-count groups); n=1 is th
 (rows 0-1 take distinct columns a, b; rows 2-3 the best order of the remaining pair); n=3 keeps all
 but the *lightest* permutation; n=0 and n=4 are trivial. Candidates carry their 16-bit mask codes
 as constants, as in the 2:4 kernel. ``PIVOT_PTR`` (constexpr): pivot and tie share are loaded from
-a device tensor (``pivot`` is then its pointer), so a launch needs no host value.
+a device tensor (``pivot`` is then its pointer), so a launch needs no host value. ``MULTI``
+(constexpr): one launch over up to 8 weights (``_multi_triton``); ``PDL``: a chained launch.
 """
 
 from __future__ import annotations
@@ -50,17 +51,29 @@ def render() -> str:
     w("import triton")
     w("import triton.language as tl")
     w("")
+    w("from kernels.ops._chain_triton import chain_prologue")
+    w("from kernels.ops._multi_triton import multi_program")
+    w("")
     w("")
     w('@triton.jit(do_not_specialize=["seed"])')
     w("def flex_tbs4_kernel(")
     w("    w_ptr, m_ptr, pivot, tie, seed, n_tile_rows, n_tile_cols, stride_w, stride_m,")
-    w("    TC: tl.constexpr, PIVOT_PTR: tl.constexpr = False,")
+    w("    x1, x2, x3, x4, x5, x6, x7, table_ptr,")
+    w("    TC: tl.constexpr, PIVOT_PTR: tl.constexpr = False, MULTI: tl.constexpr = False,")
+    w("    PDL: tl.constexpr = False,")
     w("):")
+    w("    chain_prologue(PDL)  # a chained launch (kernels/ops/_chain_triton.py)")
     w("    if PIVOT_PTR:  # pivot points at the device state (pivot, tie share); tie is unused")
     w("        tie = tl.load(pivot + 1)")
     w("        pivot = tl.load(pivot)")
-    w("    tr = tl.program_id(0)")
-    w("    tc = tl.program_id(1) * TC + tl.arange(0, TC)")
+    w("    if MULTI:  # one launch over up to 8 weights (kernels/ops/_multi_triton.py)")
+    w("        tr, pid1, w_ptr, m_ptr, n_tile_rows, n_tile_cols, stride_w, stride_m = multi_program(")
+    w("            w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr, table_ptr")
+    w("        )")
+    w("    else:")
+    w("        tr = tl.program_id(0)")
+    w("        pid1 = tl.program_id(1)")
+    w("    tc = pid1 * TC + tl.arange(0, TC)")
     w("    col = 4 * tc[:, None] + tl.arange(0, 4)[None, :]")
     w("    inb = (tc < n_tile_cols)[:, None]")
     w("    row0 = (4 * tr).to(tl.int64)")

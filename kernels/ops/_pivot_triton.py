@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.ops._chain_triton import chain_prologue
+
 HIST_LEN = 384  # 256 high-byte bins, then 128 low-bit bins
 INFO_LEN = 3  # after the bins, the select kernel writes: non-finite count, #(|w| > pivot), #(|w| == pivot)
 COUNTS_LEN = HIST_LEN + INFO_LEN
@@ -66,13 +68,17 @@ def _hist16_kernel(
     x0, x1, x2, x3, x4, x5, x6, x7,
     n0, n1, n2, n3, n4, n5, n6, n7,
     s1, s2, s3, s4, s5, s6, s7,
-    hist_ptr, k, iters, flag_ptr,
+    hist_ptr, k, iters, flag_ptr, state_ptr, ticket_ptr,
     PASS: tl.constexpr, BLOCK: tl.constexpr, SAMPLE: tl.constexpr, GUARDED: tl.constexpr,
+    SELECT: tl.constexpr = False, IS_BF16: tl.constexpr = True, PDL: tl.constexpr = False,
 ):  # fmt: skip
     # up to 8 tensors read in place (no concatenation copy): xi holds ni values, its blocks start
     # at global block si (s0 = 0; an unused slot has n = 0 and a start past every block).
     # SAMPLE > 1 reads 1/SAMPLE of the values (the window pivot's sample); GUARDED runs only when
-    # the window pivot missed (flag_ptr holds 1), else reads nothing and adds nothing.
+    # the window pivot missed (flag_ptr holds 1), else reads nothing and adds nothing. SELECT
+    # (pass 2): the last program to finish (a ticket at ticket_ptr) selects as _select16_kernel
+    # with CLEAR, so the select needs no launch of its own. PDL: a chained launch (_chain_triton).
+    chain_prologue(PDL)
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
     run = tl.full([], 1, tl.int32)
@@ -118,6 +124,10 @@ def _hist16_kernel(
         tl.atomic_add(hist_ptr + ar2, acc.to(tl.int64), mask=live)
     else:
         tl.atomic_add(hist_ptr + 256 + ar2, acc.to(tl.int64), mask=live)
+    if SELECT:  # noqa: SIM102 (a constexpr branch; the inner ones are runtime branches)
+        if run != 0:  # noqa: SIM102
+            if _last_program(ticket_ptr, nprog):
+                _select16(hist_ptr, state_ptr, k, IS_BF16, True, True)
 
 
 MAX_TENSORS = 8  # tensors per histogram launch
@@ -155,15 +165,22 @@ def hist16_launch(
     sample: int = 1,
     flag: torch.Tensor | None = None,
     programs: int | None = None,
+    select: tuple[torch.Tensor, torch.Tensor, torch.dtype] | None = None,
 ) -> tuple:
     """(kernel, grid, every argument in signature order, warps) of one histogram pass over up to
     ``MAX_TENSORS`` flat int16 views, read in place: every value, or with ``sample`` > 1 one 16-value
-    sector in every ``sample``; with ``flag`` (int64 [1]) the pass runs only where it holds 1."""
+    sector in every ``sample``; with ``flag`` (int64 [1]) the pass runs only where it holds 1.
+    ``select`` = (state, ticket, dtype) (pass 2 only): its last program selects into ``state``
+    as ``select16(hist, state, k, dtype, clear=True)`` (``ticket``: an int64 [1] of zero)."""
     if sample not in SAMPLES:
         raise ValueError(f"sample must be one of {SAMPLES}, got {sample!r}")
+    if select is not None and pass_ != 2:
+        raise ValueError("only the second pass can select")
     slots, programs, iters = tensor_slots(flats16, programs=programs, block=BLOCK * sample)
     guard = hist if flag is None else flag
-    return _hist16_kernel, (programs,), (*slots, hist, k, iters, guard, pass_, BLOCK, sample, flag is not None), 8
+    state, ticket, dtype = select if select is not None else (hist, hist, torch.bfloat16)
+    consts = (pass_, BLOCK, sample, flag is not None, select is not None, dtype == torch.bfloat16)
+    return _hist16_kernel, (programs,), (*slots, hist, k, iters, guard, state, ticket, *consts), 8
 
 
 def select16_launch(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: torch.dtype, clear: bool) -> tuple:
@@ -192,18 +209,32 @@ def hist16_counts(tensors: list[torch.Tensor], k: int, max_tensors: int = MAX_TE
 
 
 @triton.jit
-def _rank_in_hist(hist_ptr, k):
+def _last_program(ticket_ptr, nprog):
+    # True in the last program of the grid to get here (its atomics, and every other program's,
+    # are then visible: the ticket is acq_rel and each program's threads sync before taking it),
+    # which also puts the ticket back to 0 for the next launch
+    tl.debug_barrier()
+    ticket = tl.atomic_add(ticket_ptr, 1)
+    last = ticket == nprog - 1
+    if last:
+        tl.store(ticket_ptr, 0)
+    return last
+
+
+@triton.jit
+def _rank_in_hist(hist_ptr, k, VOLATILE: tl.constexpr = False):
     # the 15 magnitude bits of the k-th largest value, #(above it) and #(equal to it), from the two
-    # histograms at hist_ptr (the host's _select_from_counts)
+    # histograms at hist_ptr (the host's _select_from_counts); VOLATILE: read past the L1 (bins
+    # other programs of this launch added to)
     ar = tl.arange(0, 256)
     # bucket: walking the high bins from the top, the first whose running count reaches k
-    rev = tl.load(hist_ptr + 255 - ar)
+    rev = tl.load(hist_ptr + 255 - ar, volatile=VOLATILE)
     cum = tl.cumsum(rev, 0)
     i_hi = tl.min(tl.where(cum >= k, ar, 256), 0)  # 256: not reached (the host loop ends at 0)
     above = tl.sum(tl.where(ar < i_hi, rev, 0), 0)
     bucket = 255 - tl.minimum(i_hi, 255)
     ar2 = tl.arange(0, 128)
-    rlo = tl.load(hist_ptr + 256 + 127 - ar2)
+    rlo = tl.load(hist_ptr + 256 + 127 - ar2, volatile=VOLATILE)
     cum2 = above + tl.cumsum(rlo, 0)
     i_lo = tl.min(tl.where(cum2 >= k, ar2, 128), 0)
     gt = above + tl.sum(tl.where(ar2 < i_lo, rlo, 0), 0)
@@ -229,31 +260,39 @@ def _pivot_and_share(bits, gt, eq, k, IS_BF16: tl.constexpr):
 
 
 @triton.jit
+def _select16(hist_ptr, state_ptr, k, IS_BF16: tl.constexpr, CLEAR: tl.constexpr, VOLATILE: tl.constexpr):
+    # the host's _select_from_counts and _nonfinite_from_high, on the device, in one program
+    ar = tl.arange(0, 256)
+    hi = tl.load(hist_ptr + ar, volatile=VOLATILE)
+    first = (0x7F80 >> 7) if IS_BF16 else (0x7C00 >> 7)  # high bytes of Inf / NaN magnitudes
+    nonfinite = tl.sum(tl.where(ar >= first, hi, 0), 0)
+    bits, gt, eq = _rank_in_hist(hist_ptr, k, VOLATILE)
+    pivot, share = _pivot_and_share(bits, gt, eq, k, IS_BF16)
+    ar2 = tl.arange(0, 128)
+    if CLEAR:  # leave zeroed bins for the next call (saves a memset launch)
+        tl.debug_barrier()  # every thread has read the bins before any is zeroed
+        tl.store(hist_ptr + ar, tl.zeros([256], dtype=tl.int64))
+        tl.store(hist_ptr + 256 + ar2, tl.zeros([128], dtype=tl.int64))
+    tl.store(state_ptr, pivot)
+    tl.store(state_ptr + 1, share)
+    tl.store(hist_ptr + 384, nonfinite.to(tl.int64))
+    tl.store(hist_ptr + 385, gt.to(tl.int64))
+    tl.store(hist_ptr + 386, eq.to(tl.int64))
+
+
+@triton.jit
 def _select16_kernel(
-    hist_ptr, state_ptr, k, flag_ptr, IS_BF16: tl.constexpr, CLEAR: tl.constexpr, GUARDED: tl.constexpr
-):
-    # one program: the host's _select_from_counts and _nonfinite_from_high, on the device; GUARDED:
-    # only where flag_ptr holds 1 (the window pivot missed), else it writes nothing
+    hist_ptr, state_ptr, k, flag_ptr, IS_BF16: tl.constexpr, CLEAR: tl.constexpr, GUARDED: tl.constexpr,
+    PDL: tl.constexpr = False,
+):  # fmt: skip
+    # one program: _select16; GUARDED: only where flag_ptr holds 1 (the window pivot missed),
+    # else it writes nothing
+    chain_prologue(PDL)
     run = tl.full([], 1, tl.int32)
     if GUARDED:
         run = tl.load(flag_ptr).to(tl.int32)
-    ar = tl.arange(0, 256)
-    hi = tl.load(hist_ptr + ar)
-    first = (0x7F80 >> 7) if IS_BF16 else (0x7C00 >> 7)  # high bytes of Inf / NaN magnitudes
-    nonfinite = tl.sum(tl.where(ar >= first, hi, 0), 0)
-    bits, gt, eq = _rank_in_hist(hist_ptr, k)
-    pivot, share = _pivot_and_share(bits, gt, eq, k, IS_BF16)
-    ar2 = tl.arange(0, 128)
     if run != 0:
-        if CLEAR:  # leave zeroed bins for the next call (saves a memset launch)
-            tl.debug_barrier()  # every thread has read the bins before any is zeroed
-            tl.store(hist_ptr + ar, tl.zeros([256], dtype=tl.int64))
-            tl.store(hist_ptr + 256 + ar2, tl.zeros([128], dtype=tl.int64))
-        tl.store(state_ptr, pivot)
-        tl.store(state_ptr + 1, share)
-        tl.store(hist_ptr + 384, nonfinite.to(tl.int64))
-        tl.store(hist_ptr + 385, gt.to(tl.int64))
-        tl.store(hist_ptr + 386, eq.to(tl.int64))
+        _select16(hist_ptr, state_ptr, k, IS_BF16, CLEAR, False)
 
 
 def select16(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: torch.dtype, clear: bool = False) -> None:
@@ -285,7 +324,8 @@ WINDOW_MIN_VALUES = 1 << 20  # below this the two passes are cheap enough: no wi
 SAMPLE_AT = COUNTS_LEN  # the sample's 384 bins, after the two-pass counts
 WIN_AT = SAMPLE_AT + HIST_LEN  # WINDOW counts, #(above the window), #(non-finite), the miss flag
 FLAG_AT = WIN_AT + 18  # after up to 16 window counts, #(above the window), #(non-finite)
-WINDOW_COUNTS_LEN = FLAG_AT + 1
+TICKETS_AT = FLAG_AT + 1  # the counting pass's ticket, then the guarded second pass's
+WINDOW_COUNTS_LEN = TICKETS_AT + 2
 _MAX_WINDOW_ITERS = 255  # blocks a window program reads: its 8-bit counters never carry
 WINDOW_SAMPLE_PROGRAMS = 1024  # grid of the sample's passes (at most; one block of theirs spans 32)
 WINDOW_COUNT_WARPS = 4
@@ -304,12 +344,15 @@ def _window_kernel(
     x0, x1, x2, x3, x4, x5, x6, x7,
     n0, n1, n2, n3, n4, n5, n6, n7,
     s1, s2, s3, s4, s5, s6, s7,
-    sample_ptr, win_ptr, ks, iters,
+    sample_ptr, win_ptr, ks, iters, hist_ptr, state_ptr, k,
     INF_KEY: tl.constexpr, BLOCK: tl.constexpr, W: tl.constexpr,
+    SELECT: tl.constexpr = False, IS_BF16: tl.constexpr = True, PDL: tl.constexpr = False,
 ):  # fmt: skip
     # per program: counts of keys lo .. lo + W - 1 (W = 8 or 16: one or two int64 accumulators of
     # eight 8-bit counters a lane; a lane sees at most iters <= 255 values), #(key > lo + W - 1)
-    # at win_ptr + 16, #(key >= INF_KEY) at win_ptr + 17
+    # at win_ptr + 16, #(key >= INF_KEY) at win_ptr + 17. SELECT: the last program to finish (the
+    # ticket at win_ptr + 19) runs _select_window, so the select needs no launch of its own.
+    chain_prologue(PDL)
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
     lo = _window_lo(sample_ptr, ks, W)
@@ -341,17 +384,31 @@ def _window_kernel(
     tl.atomic_add(win_ptr + ar, win)
     tl.atomic_add(win_ptr + 16, tl.sum(above, 0).to(tl.int64))
     tl.atomic_add(win_ptr + 17, tl.sum(nonfinite, 0).to(tl.int64))
+    if SELECT:  # noqa: SIM102 (a constexpr branch; the inner one is a runtime branch)
+        if _last_program(win_ptr + 19, nprog):
+            _select_window(sample_ptr, win_ptr, hist_ptr, state_ptr, k, ks, IS_BF16, W, True)
 
 
 @triton.jit
-def _select_window_kernel(sample_ptr, win_ptr, hist_ptr, state_ptr, k, ks, IS_BF16: tl.constexpr, W: tl.constexpr):
-    # one program: rank k inside the window gives pivot, share and counts (as _select16_kernel);
-    # else the miss flag (win_ptr + 18) runs the guarded two-pass fallback. Clears its bins.
+def _select_window_kernel(
+    sample_ptr, win_ptr, hist_ptr, state_ptr, k, ks, IS_BF16: tl.constexpr, W: tl.constexpr, PDL: tl.constexpr = False
+):
+    # one program: _select_window (the counting pass's launch without SELECT)
+    chain_prologue(PDL)
+    _select_window(sample_ptr, win_ptr, hist_ptr, state_ptr, k, ks, IS_BF16, W, False)
+
+
+@triton.jit
+def _select_window(
+    sample_ptr, win_ptr, hist_ptr, state_ptr, k, ks, IS_BF16: tl.constexpr, W: tl.constexpr, VOLATILE: tl.constexpr
+):
+    # rank k inside the window gives pivot, share and counts (as _select16_kernel); else the miss
+    # flag (win_ptr + 18) runs the guarded two-pass fallback. Clears its bins.
     lo = _window_lo(sample_ptr, ks, W)
     ar = tl.arange(0, W)
-    rev = tl.load(win_ptr + W - 1 - ar)  # from the top key down
-    above = tl.load(win_ptr + 16)
-    nonfinite = tl.load(win_ptr + 17)
+    rev = tl.load(win_ptr + W - 1 - ar, volatile=VOLATILE)  # from the top key down
+    above = tl.load(win_ptr + 16, volatile=VOLATILE)
+    nonfinite = tl.load(win_ptr + 17, volatile=VOLATILE)
     cum = above + tl.cumsum(rev, 0)
     i = tl.min(tl.where(cum >= k, ar, W), 0)
     hit = (above < k) & (i < W)
@@ -395,15 +452,20 @@ def window_pivot_launches(
     sample_programs: int = WINDOW_SAMPLE_PROGRAMS,
     count_programs: int | None = None,
     count_warps: int = WINDOW_COUNT_WARPS,
-    fallback_programs: int = WINDOW_FALLBACK_PROGRAMS,
+    fallback_programs: int | None = None,
     window: int = WINDOW,
+    fuse_select: bool = True,
 ) -> list[tuple]:
     """(kernel, grid, arguments, warps) of every launch of the window pivot over the flat int16 views
-    ``flats16`` (any number, read in place): the sample's two passes, the counting pass, its select,
-    then the two exact passes and their select, which run only where the window missed rank k.
+    ``flats16`` (any number, read in place): the sample's two passes, the counting pass and its
+    select, then the two exact passes and their select, which run only where the window missed
+    rank k. ``fuse_select``: each select runs in the last program of the pass before it (a
+    ticket), not as a launch of its own (that needs the tensors in one launch: at most
+    ``MAX_TENSORS``; more fall back to separate selects).
     ``counts``: int64 [WINDOW_COUNTS_LEN] of zeros (left zeroed but for NONFINITE, GT, EQ);
     ``state``: float32 [2] <- (pivot, tie share). Same results as the two passes and ``select16``.
-    The grid sizes and warps are tuned on the H100 (scripts/probes/gpu_probe_window_pivot.py)."""
+    The grid sizes and warps are tuned on the H100 (scripts/probes/gpu_probe_window_pivot.py);
+    ``count_programs`` and ``fallback_programs`` default to two programs per SM."""
     if counts.dtype != torch.int64 or counts.numel() < WINDOW_COUNTS_LEN or not counts.is_contiguous():
         raise ValueError(f"counts must be a contiguous int64 tensor of {WINDOW_COUNTS_LEN} values")
     if state.dtype != torch.float32 or state.numel() < 2 or counts.device != state.device:
@@ -419,28 +481,38 @@ def window_pivot_launches(
     n_s = sum(_sampled_values(f.numel(), WINDOW_SAMPLE) for f in flats)
     ks = min(n_s, max(1, round(k * n_s / n))) if k > 0 else 0
     groups = [flats[i : i + MAX_TENSORS] for i in range(0, len(flats), MAX_TENSORS)]
+    fuse = fuse_select and len(groups) == 1
     grid = count_programs or _count_programs(flats[0].device)
+    fallback = fallback_programs or _count_programs(flats[0].device)
     sample, win, flag = counts[SAMPLE_AT:WIN_AT], counts[WIN_AT:FLAG_AT], counts[FLAG_AT:]
+    ticket = counts[TICKETS_AT + 1 :]
     is_bf16 = dtype == torch.bfloat16
     inf_key = 0x7F80 if is_bf16 else 0x7C00
     out = [hist16_launch(g, sample, ks, p, WINDOW_SAMPLE, programs=sample_programs) for p in (1, 2) for g in groups]
     for g in groups:
         slots, programs, iters = tensor_slots(g, max_iters=_MAX_WINDOW_ITERS, programs=grid)
-        args = (*slots, sample, win, ks, iters, inf_key, BLOCK, window)
+        args = (*slots, sample, win, ks, iters, counts, state, k, inf_key, BLOCK, window, fuse, is_bf16)
         out.append((_window_kernel, (programs,), args, count_warps))
-    out.append((_select_window_kernel, (1,), (sample, win, counts, state, k, ks, is_bf16, window), 4))
-    out += [hist16_launch(g, counts, k, p, flag=flag, programs=fallback_programs) for p in (1, 2) for g in groups]
-    out.append((_select16_kernel, (1,), (counts, state, k, flag, is_bf16, True, True), 4))
+    if not fuse:
+        out.append((_select_window_kernel, (1,), (sample, win, counts, state, k, ks, is_bf16, window), 4))
+    for p in (1, 2):
+        sel = (state, ticket, dtype) if p == 2 and fuse else None
+        out += [hist16_launch(g, counts, k, p, flag=flag, programs=fallback, select=sel) for g in groups]
+    if not fuse:
+        out.append((_select16_kernel, (1,), (counts, state, k, flag, is_bf16, True, True), 4))
     return out
 
 
-def window_pivot(tensors: list[torch.Tensor], k: int, window: int = WINDOW) -> tuple[torch.Tensor, torch.Tensor]:
+def window_pivot(
+    tensors: list[torch.Tensor], k: int, window: int = WINDOW, fuse_select: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The window pivot of the k-th largest |w| over 16-bit ``tensors``: (state [pivot, tie share],
     counts [WINDOW_COUNTS_LEN]); a test and benchmark entry point (``FlexMasker`` keeps the launches)."""
     dev = tensors[0].device
     counts = torch.zeros(WINDOW_COUNTS_LEN, dtype=torch.int64, device=dev)
     state = torch.full((2,), float("nan"), device=dev)
     flats = [t.reshape(-1).view(torch.int16) for t in tensors]
-    for kernel, grid, args, warps in window_pivot_launches(flats, counts, state, k, tensors[0].dtype, window=window):
+    launches = window_pivot_launches(flats, counts, state, k, tensors[0].dtype, window=window, fuse_select=fuse_select)
+    for kernel, grid, args, warps in launches:
         kernel[grid](*args, num_warps=warps)
     return state, counts

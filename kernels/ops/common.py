@@ -176,15 +176,16 @@ class Launch:
     """``kernel[grid](*args, num_warps=warps)``, repeatable; ``args`` lists every kernel
     parameter in signature order (constexprs included)."""
 
-    __slots__ = ("kernel", "grid", "args", "warps", "compiled", "direct")
+    __slots__ = ("kernel", "grid", "args", "warps", "compiled", "direct", "pdl")
 
-    def __init__(self, kernel: object, grid: tuple[int, ...], args: tuple, warps: int) -> None:
+    def __init__(self, kernel: object, grid: tuple[int, ...], args: tuple, warps: int, pdl: bool = False) -> None:
         self.kernel = kernel
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.args = args
         self.warps = warps
         self.compiled: object | None = None
         self.direct = False
+        self.pdl = pdl  # a chained launch (kernels/ops/_chain_triton.py): args hold PDL=True
 
     def __call__(self, stream: int | None = None) -> None:
         """Launch; directly on ``stream`` (from ``direct_stream``) when switched on, else through Triton."""
@@ -193,15 +194,26 @@ class Launch:
             g = self.grid
             ck.run(g[0], g[1], g[2], stream, ck.function, ck.packed_metadata, None, None, None, *self.args)
             return
-        got = self.kernel[self.grid](*self.args, num_warps=self.warps)
+        extra = {"launch_pdl": True} if self.pdl else {}
+        got = self.kernel[self.grid](*self.args, num_warps=self.warps, **extra)
         if ck is None and all(hasattr(got, a) for a in ("run", "function", "packed_metadata")):
             self.compiled = got  # a compiled kernel (CUDA); the interpreter returns none
 
     def with_arg(self, index: int, value: object) -> Launch:
         """The same launch with argument ``index`` replaced (a non-specialized one, e.g. the seed)."""
-        new = Launch(self.kernel, self.grid, self.args[:index] + (value,) + self.args[index + 1 :], self.warps)
+        args = self.args[:index] + (value,) + self.args[index + 1 :]
+        new = Launch(self.kernel, self.grid, args, self.warps, self.pdl)
         new.compiled, new.direct = self.compiled, self.direct
         return new
+
+
+def chained(kernel: object, args: tuple) -> tuple:
+    """``args`` of ``kernel`` (signature order, trailing defaults left out or not) with its last
+    parameter, ``PDL``, set: the arguments of a chained launch (``Launch(..., pdl=True)``)."""
+    names = kernel.arg_names
+    if names[-1] != "PDL" or not len(names) - 1 <= len(args) <= len(names):
+        raise ValueError(f"{getattr(kernel, '__name__', kernel)} takes no PDL flag last")
+    return tuple(args[: len(names) - 1]) + (True,)
 
 
 def _no_launch_hooks() -> bool:

@@ -313,11 +313,14 @@ class FlexMasker:
     pivot pay tens of microseconds of Python, validation, allocation and Triton launch per call,
     and one host sync (the 384 histogram counts). The masker validates dtypes, shapes, pattern and
     density once, preallocates the masks and scratch, binds every launch once, and keeps the pivot
-    on the device: histogram passes 1 and 2 (reading up to 8 weights in place per launch), the
-    select kernel (pivot and tie share
-    into ``state``) and the mask kernels (which read ``state``) run back to back with no host
-    round trip, so a call can be captured in a CUDA graph. The weights are read through views
-    taken here: update them in place (optimizers do), do not replace them.
+    on the device: the pivot's passes (reading up to 8 weights in place per launch; from 2**20
+    values the window pivot, ``kernels.ops._pivot_triton.window_pivot_launches``), its select
+    (pivot and tie share into ``state``) and the mask kernels (which read ``state``; one launch
+    for up to 8 weights, the masks being views of one buffer) run back to back with no host
+    round trip, so a call can be captured in a CUDA graph. ``pdl`` (default: where the GPU and
+    Triton allow it) chains the launches with programmatic dependent launch, so each launches
+    while the one before it runs (same results). The weights are read through views taken
+    here: update them in place (optimizers do), do not replace them.
 
     ``masker(check=True)`` reads the device non-finite count once, after every launch, and raises
     ValueError on NaN/Inf weights (the masks are then meaningless). ``check=False`` (for CUDA-graph
@@ -349,6 +352,7 @@ class FlexMasker:
         seed: int = 0,
         *,
         fast_launch: bool = True,
+        pdl: bool | None = None,
     ) -> None:
         if isinstance(weights, torch.Tensor):
             ws = [weights]
@@ -382,7 +386,12 @@ class FlexMasker:
         if self.n == 0:
             raise ValueError("weights are all empty: nothing to mask")
         self.k = round(self.density * self.n)
-        self.masks = [torch.zeros(w.shape, dtype=torch.bool, device=self.device) for w in ws]
+        # one buffer holds every mask (16-element aligned views), so one launch writes them all
+        ends = [0]
+        for w in ws:
+            ends.append(ends[-1] + -(-w.numel() // 16) * 16)
+        self._mask_buffer = torch.zeros(ends[-1], dtype=torch.bool, device=self.device)
+        self.masks = [self._mask_buffer[a : a + w.numel()].view(w.shape) for a, w in zip(ends, ws, strict=False)]
         self.state = torch.zeros(2, dtype=torch.float32, device=self.device)  # pivot, tie share
         self.tie64 = torch.ones((), dtype=torch.float64, device=self.device)  # exact share (Unstructured)
 
@@ -394,6 +403,10 @@ class FlexMasker:
         self.nonfinite = self.counts[NONFINITE]
         self.nonfinite_index = NONFINITE
         self._triton = use_triton(ws[0])
+        from kernels.ops._chain_triton import pdl_supported
+
+        # chained launches (programmatic dependent launch) where the GPU and Triton allow them
+        self.pdl = pdl_supported(self.device) if pdl is None else bool(pdl and pdl_supported(self.device))
         self._needs_pivot = needs_pivot(pattern)
         if not self._needs_pivot:  # fixed n:m: the state is never read (pivot NaN says so)
             self.state[0] = float("nan")
@@ -418,27 +431,31 @@ class FlexMasker:
         from kernels.ops import _pivot_triton as pt
         from kernels.ops._pivot_triton import MAX_TENSORS, hist16_launch, select16_launch
 
-        Launch = common.Launch  # noqa: N806
-
         flats16 = [w.view(-1).view(torch.int16) for w in self.weights if w.numel()]
         if self.n >= pt.WINDOW_MIN_VALUES:
-            return [Launch(*x) for x in pt.window_pivot_launches(flats16, self.counts, self.state, self.k, self.dtype)]
+            return self._launches(pt.window_pivot_launches(flats16, self.counts, self.state, self.k, self.dtype))
         groups = [flats16[i : i + MAX_TENSORS] for i in range(0, len(flats16), MAX_TENSORS)]
-        launches = [Launch(*hist16_launch(g, self.counts, self.k, p)) for p in (1, 2) for g in groups]
-        launches.append(Launch(*select16_launch(self.counts, self.state, self.k, self.dtype, True)))
-        return launches
+        launches = [hist16_launch(g, self.counts, self.k, p) for p in (1, 2) for g in groups]
+        launches.append(select16_launch(self.counts, self.state, self.k, self.dtype, True))
+        return self._launches(launches)
+
+    def _launches(self, launches: list[tuple]) -> list[common.Launch]:
+        """``common.Launch`` of each (kernel, grid, args, warps), chained when ``pdl``."""
+        if not self.pdl:
+            return [common.Launch(*x) for x in launches]
+        return [common.Launch(k, g, common.chained(k, a), w, pdl=True) for k, g, a, w in launches]
 
     def _build_masks(self) -> list:
-        Launch = common.Launch  # noqa: N806
         if isinstance(self.pattern, Unstructured):
             return []
-        from kernels.ops._flex_triton import mask_launch
+        from kernels.ops._flex_triton import multi_mask_launches
 
-        return [
-            Launch(*mask_launch(w, m, self.pattern, self.state, self.seed))
-            for w, m in zip(self.weights, self.masks, strict=True)
-            if w.numel()
-        ]
+        pairs = [(w, m) for w, m in zip(self.weights, self.masks, strict=True) if w.numel()]
+        if not pairs:
+            return []
+        ws, ms = zip(*pairs, strict=True)
+        launches = multi_mask_launches(list(ws), list(ms), self._mask_buffer, self.pattern, self.state, self.seed)
+        return self._launches(launches)
 
     def _warm_up(self, fast_launch: bool) -> None:
         """Compile and run once; then switch to direct launches if they give the same result."""

@@ -61,7 +61,9 @@ def main() -> None:
             two_l.append(pt.select16_launch(two, st2, k, torch.bfloat16, True))
             cw = torch.zeros(pt.WINDOW_COUNTS_LEN, dtype=torch.int64, device="cuda")
             stw = torch.zeros(2, device="cuda")
-            win_l = pt.window_pivot_launches(flats, cw, stw, k, torch.bfloat16)
+            win_l = pt.window_pivot_launches(
+                flats, cw, stw, k, torch.bfloat16, fallback_programs=1024, fuse_select=False
+            )
             run(two_l)
             run(win_l)
             same = torch.equal(st2.view(torch.int32), stw.view(torch.int32)) and torch.equal(
@@ -87,13 +89,13 @@ def main() -> None:
             for w in (8, 16):  # does the narrower window still hold rank k at this size?
                 cw.zero_()
                 stw.zero_()
-                run(pt.window_pivot_launches(flats, cw, stw, k, torch.bfloat16, window=w))
+                run(pt.window_pivot_launches(flats, cw, stw, k, torch.bfloat16, window=w, fuse_select=False))
                 eq = torch.equal(st2.view(torch.int32), stw.view(torch.int32))
                 hit = "MISSED" if int(cw[pt.FLAG_AT]) else "hit"
                 print(f"  window of {w} keys: {'EQUAL' if eq else 'DIFFER'}, {hit}")
             cw.zero_()
             for w in (8, 16):
-                cl = pt.window_pivot_launches(flats, cw, stw, k, torch.bfloat16, window=w)
+                cl = pt.window_pivot_launches(flats, cw, stw, k, torch.bfloat16, window=w, fuse_select=False)
                 report(f"  counting pass, {w} keys", cl[2 * ng : 3 * ng], 1)
             cw[pt.FLAG_AT] = 1  # the fallback forced (only the select of the window clears the flag)
             report("  fallback forced (exact passes + select16)", win_l[3 * ng + 1 :], 2)

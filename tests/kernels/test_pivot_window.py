@@ -24,13 +24,15 @@ def _two_pass(ts: list[torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tenso
     return state, counts
 
 
-def _check_equal(ts: list[torch.Tensor], k: int, window: int = pt.WINDOW) -> int:
-    """Window pivot == two passes (state bit for bit, the three counts); bins cleared; the miss flag."""
-    state, counts = pt.window_pivot(ts, k, window)
+def _check_equal(ts: list[torch.Tensor], k: int, window: int = pt.WINDOW, fuse_select: bool = True) -> int:
+    """Window pivot == two passes (state bit for bit, the three counts); bins and tickets cleared;
+    the miss flag."""
+    state, counts = pt.window_pivot(ts, k, window, fuse_select)
     want_state, want_counts = _two_pass(ts, k)
     assert torch.equal(state.view(torch.int32), want_state.view(torch.int32)), (k, state, want_state)
     assert counts[pt.NONFINITE : pt.COUNTS_LEN].tolist() == want_counts[pt.NONFINITE :].tolist()
     assert not counts[: pt.HIST_LEN].any() and not counts[pt.SAMPLE_AT : pt.FLAG_AT].any(), "bins not cleared"
+    assert not counts[pt.TICKETS_AT :].any(), "tickets not put back"
     return int(counts[pt.FLAG_AT])
 
 
@@ -59,9 +61,11 @@ def test_window_hits_and_equals_two_passes(dtype, rows, window):
         assert not (missed and sure), "the sample's window should hold rank k here"
 
 
-def test_window_miss_runs_the_exact_passes():
+@pytest.mark.parametrize("fuse_select", [True, False], ids=["select-in-last-program", "select-launches"])
+def test_window_miss_runs_the_exact_passes(fuse_select):
     """A sample unlike the rest (large values exactly where the sample reads): the window misses,
-    the guarded passes run, and the result is still exact."""
+    the guarded passes run, and the result is still exact, with the selects in the passes' last
+    programs (tickets) or launched on their own."""
     span = pt.BLOCK * pt.WINDOW_SAMPLE  # the values one block of the sample's passes spans
     x = torch.full((2 * span,), 0.001)
     r = torch.arange(pt.BLOCK)
@@ -70,7 +74,19 @@ def test_window_miss_runs_the_exact_passes():
     x[sampled] = 5.0
     x += 1e-4 * torch.rand(x.shape, generator=torch.Generator().manual_seed(3))
     x = x.to(torch.bfloat16)
-    assert _check_equal([x], x.numel() // 2) == 1
+    assert _check_equal([x], x.numel() // 2, fuse_select=fuse_select) == 1
+
+
+def test_selects_fold_into_the_passes():
+    """With one launch's worth of tensors the two selects run in the passes' last programs: two
+    launches fewer; with more tensors than one launch takes, they launch on their own."""
+    x = torch.randn(4096).to(torch.bfloat16).view(torch.int16)
+    counts, state = torch.zeros(pt.WINDOW_COUNTS_LEN, dtype=torch.int64), torch.zeros(2)
+    fused = pt.window_pivot_launches([x], counts, state, 10, torch.bfloat16)
+    apart = pt.window_pivot_launches([x], counts, state, 10, torch.bfloat16, fuse_select=False)
+    assert len(apart) - len(fused) == 2
+    many = pt.window_pivot_launches([x] * (pt.MAX_TENSORS + 1), counts, state, 10, torch.bfloat16)
+    assert len(many) == 2 * 2 + 2 + 1 + 2 * 2 + 1
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
