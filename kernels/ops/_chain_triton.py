@@ -6,20 +6,27 @@ and later) the next kernel launches while this one runs: it calls ``gdc_wait`` f
 blocks until every kernel before it has finished and its writes are visible, so it reads nothing
 early, and this one calls ``gdc_launch_dependents`` at its start, so the next launch can begin at
 once. The results are the same; only the gaps between kernels shrink. A kernel of the chain takes
-``PDL: tl.constexpr`` last (off by default, and off under the interpreter); the host launches it
-with ``launch_pdl=True`` (``kernels.ops.common.Launch``)."""
+``PDL: tl.constexpr`` last (0, off, by default, and under the interpreter): ``WAIT`` (launched
+with ``launch_pdl=True``, ``kernels.ops.common.Launch``: every kernel of the chain but the first)
+and ``TRIGGER`` (every kernel but the last). A chain of one kernel does not chain: on a MAP-NEO 7B
+block a lone 2:4 mask kernel compiled with both ran 10% slower
+(results/tuning/h100_probe_masker_launches.txt)."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
+WAIT, TRIGGER = 1, 2  # the PDL flag's bits
+
 
 @triton.jit
 def chain_prologue(PDL: tl.constexpr):
-    """First statement of a chained kernel: wait for the kernels before it, let the next launch."""
-    if PDL:
+    """First statement of a chained kernel: wait for the kernels before it (``WAIT``), let the
+    next one launch (``TRIGGER``)."""
+    if PDL & 1:
         tl.extra.cuda.gdc_wait()
+    if PDL & 2:
         tl.extra.cuda.gdc_launch_dependents()
 
 
@@ -43,4 +50,4 @@ def pdl_supported(device) -> bool:
     return "launch_pdl" in {f.name for f in dataclasses.fields(CUDAOptions)} and hasattr(tl.extra.cuda, "gdc_wait")
 
 
-__all__ = ["chain_prologue", "pdl_supported"]
+__all__ = ["TRIGGER", "WAIT", "chain_prologue", "pdl_supported"]

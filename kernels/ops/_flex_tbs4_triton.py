@@ -13,7 +13,8 @@ from kernels.ops._multi_triton import multi_program
 @triton.jit(do_not_specialize=["seed"])
 def flex_tbs4_kernel(
     w_ptr, m_ptr, pivot, tie, seed, n_tile_rows, n_tile_cols, stride_w, stride_m,
-    x1, x2, x3, x4, x5, x6, x7, table_ptr,
+    x1, x2, x3, x4, x5, x6, x7,
+    s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7,
     TC: tl.constexpr, PIVOT_PTR: tl.constexpr = False, MULTI: tl.constexpr = False,
     PDL: tl.constexpr = False,
 ):
@@ -22,9 +23,11 @@ def flex_tbs4_kernel(
         tie = tl.load(pivot + 1)
         pivot = tl.load(pivot)
     if MULTI:  # one launch over up to 8 weights (kernels/ops/_multi_triton.py)
-        tr, pid1, w_ptr, m_ptr, n_tile_rows, n_tile_cols, stride_w, stride_m = multi_program(
-            w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr, table_ptr
+        tr, pid1, w_ptr, m_ptr, n_tile_cols, stride_w = multi_program(
+            w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr,
+            s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7, 4, TC,
         )
+        stride_m = stride_w
     else:
         tr = tl.program_id(0)
         pid1 = tl.program_id(1)

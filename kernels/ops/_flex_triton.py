@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from kernels.ops._chain_triton import chain_prologue
-from kernels.ops._multi_triton import MULTI_SLOTS, aligned, multi_program, multi_table
+from kernels.ops._multi_triton import ALIGN, MULTI_SLOTS, SCALARS, aligned, multi_program, multi_scalars
 from kernels.ops.patterns import NM, SWEEPS, TBS, Pattern, Vegeta
 
 
@@ -162,7 +162,29 @@ def _flex_tbs_kernel(
     x5,
     x6,
     x7,
-    table_ptr,
+    s1,
+    s2,
+    s3,
+    s4,
+    s5,
+    s6,
+    s7,
+    c0,
+    c1,
+    c2,
+    c3,
+    c4,
+    c5,
+    c6,
+    c7,
+    o0,
+    o1,
+    o2,
+    o3,
+    o4,
+    o5,
+    o6,
+    o7,
     X: tl.constexpr,
     TC: tl.constexpr,
     SWEEPS: tl.constexpr,
@@ -175,16 +197,19 @@ def _flex_tbs_kernel(
     swaps, the better start). A tile's X rows are X tensors of [TC, H] per column (H = X / 8
     lanes hold 8 columns each), so a tile sits in H threads' registers, a row pair's work is
     elementwise, and only the per-pair maxima cross lanes (for X = 16). ``MULTI``: one launch
-    over up to 8 weights (``_multi_triton``; x1..x7 and the table are unused otherwise)."""
+    over up to 8 weights (``_multi_triton``; x1..x7 and the slot scalars unused otherwise)."""
     H: tl.constexpr = X // 8
     chain_prologue(PDL)
     if PIVOT_PTR:  # ``pivot`` points at the device state (pivot, tie share); ``tie`` is unused
         tie = tl.load(pivot + 1)
         pivot = tl.load(pivot)
     if MULTI:
-        tr, pid1, w_ptr, m_ptr, _, n_tile_cols, stride_w, stride_m = multi_program(
-            w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr, table_ptr
-        )
+        tr, pid1, w_ptr, m_ptr, n_tile_cols, stride_w = multi_program(
+            w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr,
+            s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7,
+            X, TC,
+        )  # fmt: skip
+        stride_m = stride_w
     else:
         tr = tl.program_id(0)
         pid1 = tl.program_id(1)
@@ -249,7 +274,29 @@ def _flex_groups_kernel(
     x5,
     x6,
     x7,
-    table_ptr,
+    s1,
+    s2,
+    s3,
+    s4,
+    s5,
+    s6,
+    s7,
+    c0,
+    c1,
+    c2,
+    c3,
+    c4,
+    c5,
+    c6,
+    c7,
+    o0,
+    o1,
+    o2,
+    o3,
+    o4,
+    o5,
+    o6,
+    o7,
     G: tl.constexpr,
     M: tl.constexpr,
     TT: tl.constexpr,
@@ -263,14 +310,17 @@ def _flex_groups_kernel(
     # one row, TT tiles of G groups of M entries; configurations {0, C1, C2, M} or FIXED_N.
     # One contiguous [TT, G, M] load and store; the rank of entry e inside its group is counted
     # against the group's M entries along the last axis (held by one thread: no layout shuffles).
-    # MULTI: one launch over up to 8 weights (_multi_triton; x1..x7 and the table unused otherwise);
+    # MULTI: one launch over up to 8 weights (_multi_triton; x1..x7 and the slot scalars unused otherwise);
     # PDL: a chained launch (_chain_triton)
     chain_prologue(PDL)
     if MULTI:
-        r, pid1, w_ptr, m_ptr, _, n_tile_cols, stride_w, stride_m = multi_program(
-            w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr, table_ptr
-        )
+        r, pid1, w_ptr, m_ptr, n_tile_cols, stride_w = multi_program(
+            w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr,
+            s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7,
+            G * M, TT,
+        )  # fmt: skip
         r = r.to(tl.int64)
+        stride_m = stride_w
     else:
         r = tl.program_id(0).to(tl.int64)
         pid1 = tl.program_id(1)
@@ -357,7 +407,8 @@ def _mask_args(
     else:
         tie = 0.0
     named = dict(w_ptr=w, m_ptr=m8, pivot=pivot, tie=tie, seed=seed, stride_w=w.stride(0), stride_m=out.stride(0))
-    named.update({x: w for x in _SLOTS}, table_ptr=w, PIVOT_PTR=dev, MULTI=False, PDL=False)
+    named.update({x: w for x in _SLOTS}, PIVOT_PTR=dev, MULTI=False, PDL=False)
+    named.update(zip(SCALARS, multi_scalars([0], [ALIGN], [0]), strict=True))  # unused
     if isinstance(pattern, TBS) and pattern.x == 4:
         from kernels.ops._flex_tbs4_triton import flex_tbs4_kernel
 
@@ -410,21 +461,22 @@ def multi_mask_launches(
     """The launches writing the masks of ``weights`` into ``outs`` (bool views into ``base``, one
     flat buffer) with the device pivot ``state``: one launch per run of up to ``MULTI_SLOTS``
     consecutive weights that share the kernel, its constexprs and warps (``_multi_triton``);
-    a weight whose strides, mask offset or pointer are not multiples of 16 elements gets its own
-    launch. Same masks, bit for bit, as ``mask_launch`` weight by weight."""
+    a weight or mask that is not contiguous, or whose row length, mask offset or pointer is not
+    a multiple of 16 elements, gets its own launch. Same masks, bit for bit, as ``mask_launch``
+    weight by weight."""
     if base.dtype != torch.bool or not base.is_contiguous():
         raise ValueError("base must be a contiguous bool buffer holding every mask")
     if len(weights) != len(outs):
         raise ValueError(f"{len(weights)} weights but {len(outs)} masks")
     lo, hi = base.data_ptr(), base.data_ptr() + base.numel()
-    runs: list[list] = []  # [key, [(weight, grid, named)]]
+    runs: list[list] = []  # [key, [(weight, grid, named, mask offset)]]
     out: list[MaskLaunch] = []
     for w, o in zip(weights, outs, strict=True):
         kernel, grid, named, warps = _mask_args(w, o, pattern, state, seed, 0.0)
         offset = o.data_ptr() - lo
         inside = lo <= o.data_ptr() and o.data_ptr() + o.numel() <= hi
-        ok = inside and aligned(w.stride(0), o.stride(0), offset, w.data_ptr() // w.element_size())
-        if not ok:
+        dense = w.is_contiguous() and o.is_contiguous()
+        if not (inside and dense and aligned(w.shape[1], offset, w.data_ptr() // w.element_size())):
             out.append((kernel, grid, _ordered(kernel, named), warps))
             continue
         key = (kernel, warps) + tuple(v for a, v in named.items() if a[0].isupper())
@@ -433,16 +485,16 @@ def multi_mask_launches(
         runs[-1][1].append((w, grid, named, offset))
     for key, members in runs:
         kernel, warps = key[0], key[1]
-        rows, first = [], 0
-        for _w, grid, named, offset in members:
-            rows.append((first, grid[1], named.get("n_tile_rows", 0), named["n_tile_cols"],
-                         named["stride_w"], named["stride_m"], offset))  # fmt: skip
-            first += grid[0] * grid[1]
+        firsts = [0]
+        for _w, grid, _named, _offset in members:
+            firsts.append(firsts[-1] + grid[0] * grid[1])
+        cols = [m[0].shape[1] for m in members]
+        scalars = multi_scalars(firsts[:-1], cols, [m[3] for m in members])
         named = dict(members[0][2], m_ptr=base.view(torch.int8), MULTI=True)
         pad = [members[0][0]] * (MULTI_SLOTS - len(members))
         named.update(zip(_SLOTS, [m[0] for m in members[1:]] + pad, strict=True))
-        named["table_ptr"] = multi_table(rows, base.device)
-        out.append((kernel, (first,), _ordered(kernel, named), warps))
+        named.update(zip(SCALARS, scalars, strict=True))
+        out.append((kernel, (firsts[-1],), _ordered(kernel, named), warps))
     return out
 
 

@@ -179,7 +179,7 @@ def hist16_launch(
     slots, programs, iters = tensor_slots(flats16, programs=programs, block=BLOCK * sample)
     guard = hist if flag is None else flag
     state, ticket, dtype = select if select is not None else (hist, hist, torch.bfloat16)
-    consts = (pass_, BLOCK, sample, flag is not None, select is not None, dtype == torch.bfloat16)
+    consts = (pass_, BLOCK, sample, flag is not None, select is not None, dtype == torch.bfloat16, False)  # PDL off
     return _hist16_kernel, (programs,), (*slots, hist, k, iters, guard, state, ticket, *consts), 8
 
 
@@ -191,7 +191,7 @@ def select16_launch(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: to
         raise ValueError("state must be a float32 tensor of 2 values on the device of counts")
     if dtype not in (torch.bfloat16, torch.float16):
         raise TypeError(f"the 16-bit select needs bf16 or fp16, got {dtype}")
-    return _select16_kernel, (1,), (counts, state, k, counts, dtype == torch.bfloat16, clear, False), 4
+    return _select16_kernel, (1,), (counts, state, k, counts, dtype == torch.bfloat16, clear, False, False), 4
 
 
 def hist16_counts(tensors: list[torch.Tensor], k: int, max_tensors: int = MAX_TENSORS) -> torch.Tensor:
@@ -455,13 +455,15 @@ def window_pivot_launches(
     fallback_programs: int | None = None,
     window: int = WINDOW,
     fuse_select: bool = True,
+    fuse_window_select: bool = False,
 ) -> list[tuple]:
     """(kernel, grid, arguments, warps) of every launch of the window pivot over the flat int16 views
     ``flats16`` (any number, read in place): the sample's two passes, the counting pass and its
     select, then the two exact passes and their select, which run only where the window missed
-    rank k. ``fuse_select``: each select runs in the last program of the pass before it (a
-    ticket), not as a launch of its own (that needs the tensors in one launch: at most
-    ``MAX_TENSORS``; more fall back to separate selects).
+    rank k. ``fuse_select``: the exact passes' select runs in the last program of their second
+    pass (a ticket), not as a launch of its own; ``fuse_window_select`` (off: it slowed the
+    counting pass, results/tuning/h100_probe_masker_launches.txt) does the same for the window's
+    select. Both need the tensors in one launch (at most ``MAX_TENSORS``; more: separate selects).
     ``counts``: int64 [WINDOW_COUNTS_LEN] of zeros (left zeroed but for NONFINITE, GT, EQ);
     ``state``: float32 [2] <- (pivot, tie share). Same results as the two passes and ``select16``.
     The grid sizes and warps are tuned on the H100 (scripts/probes/gpu_probe_window_pivot.py);
@@ -482,6 +484,7 @@ def window_pivot_launches(
     ks = min(n_s, max(1, round(k * n_s / n))) if k > 0 else 0
     groups = [flats[i : i + MAX_TENSORS] for i in range(0, len(flats), MAX_TENSORS)]
     fuse = fuse_select and len(groups) == 1
+    fuse_window = fuse_window_select and len(groups) == 1
     grid = count_programs or _count_programs(flats[0].device)
     fallback = fallback_programs or _count_programs(flats[0].device)
     sample, win, flag = counts[SAMPLE_AT:WIN_AT], counts[WIN_AT:FLAG_AT], counts[FLAG_AT:]
@@ -491,20 +494,24 @@ def window_pivot_launches(
     out = [hist16_launch(g, sample, ks, p, WINDOW_SAMPLE, programs=sample_programs) for p in (1, 2) for g in groups]
     for g in groups:
         slots, programs, iters = tensor_slots(g, max_iters=_MAX_WINDOW_ITERS, programs=grid)
-        args = (*slots, sample, win, ks, iters, counts, state, k, inf_key, BLOCK, window, fuse, is_bf16)
+        args = (*slots, sample, win, ks, iters, counts, state, k, inf_key, BLOCK, window, fuse_window, is_bf16, False)
         out.append((_window_kernel, (programs,), args, count_warps))
-    if not fuse:
-        out.append((_select_window_kernel, (1,), (sample, win, counts, state, k, ks, is_bf16, window), 4))
+    if not fuse_window:
+        out.append((_select_window_kernel, (1,), (sample, win, counts, state, k, ks, is_bf16, window, False), 4))
     for p in (1, 2):
         sel = (state, ticket, dtype) if p == 2 and fuse else None
         out += [hist16_launch(g, counts, k, p, flag=flag, programs=fallback, select=sel) for g in groups]
     if not fuse:
-        out.append((_select16_kernel, (1,), (counts, state, k, flag, is_bf16, True, True), 4))
+        out.append((_select16_kernel, (1,), (counts, state, k, flag, is_bf16, True, True, False), 4))
     return out
 
 
 def window_pivot(
-    tensors: list[torch.Tensor], k: int, window: int = WINDOW, fuse_select: bool = True
+    tensors: list[torch.Tensor],
+    k: int,
+    window: int = WINDOW,
+    fuse_select: bool = True,
+    fuse_window_select: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The window pivot of the k-th largest |w| over 16-bit ``tensors``: (state [pivot, tie share],
     counts [WINDOW_COUNTS_LEN]); a test and benchmark entry point (``FlexMasker`` keeps the launches)."""
@@ -512,7 +519,10 @@ def window_pivot(
     counts = torch.zeros(WINDOW_COUNTS_LEN, dtype=torch.int64, device=dev)
     state = torch.full((2,), float("nan"), device=dev)
     flats = [t.reshape(-1).view(torch.int16) for t in tensors]
-    launches = window_pivot_launches(flats, counts, state, k, tensors[0].dtype, window=window, fuse_select=fuse_select)
+    launches = window_pivot_launches(
+        flats, counts, state, k, tensors[0].dtype, window=window, fuse_select=fuse_select,
+        fuse_window_select=fuse_window_select,
+    )  # fmt: skip
     for kernel, grid, args, warps in launches:
         kernel[grid](*args, num_warps=warps)
     return state, counts

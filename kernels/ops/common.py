@@ -207,13 +207,27 @@ class Launch:
         return new
 
 
-def chained(kernel: object, args: tuple) -> tuple:
+def chained(kernel: object, args: tuple, flag: int) -> tuple:
     """``args`` of ``kernel`` (signature order, trailing defaults left out or not) with its last
-    parameter, ``PDL``, set: the arguments of a chained launch (``Launch(..., pdl=True)``)."""
+    parameter, ``PDL``, set to ``flag`` (``kernels/ops/_chain_triton.py``: WAIT | TRIGGER bits)."""
     names = kernel.arg_names
     if names[-1] != "PDL" or not len(names) - 1 <= len(args) <= len(names):
         raise ValueError(f"{getattr(kernel, '__name__', kernel)} takes no PDL flag last")
-    return tuple(args[: len(names) - 1]) + (True,)
+    return tuple(args[: len(names) - 1]) + (flag,)
+
+
+def chain(launches: list[tuple]) -> list[Launch]:
+    """``Launch`` of each (kernel, grid, args, warps) of a chain with programmatic dependent
+    launch: each kernel but the first waits for the ones before it and is launched with PDL,
+    each but the last lets the next launch early. One kernel alone does not chain."""
+    if len(launches) < 2:
+        return [Launch(*x) for x in launches]
+    last = len(launches) - 1
+    out = []
+    for i, (kernel, grid, args, warps) in enumerate(launches):
+        flag = (1 if i else 0) | (2 if i < last else 0)  # WAIT, TRIGGER
+        out.append(Launch(kernel, grid, chained(kernel, args, flag), warps, pdl=i > 0))
+    return out
 
 
 def _no_launch_hooks() -> bool:

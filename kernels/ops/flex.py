@@ -414,6 +414,8 @@ class FlexMasker:
         self._fused = self._triton and (isinstance(pattern, Unstructured) or self._has_kernel())
         self._pivot_launches = self._build_pivot() if self._device_pivot else []
         self._mask_launches = self._build_masks() if self._fused else []
+        if self.pdl and self._fused:
+            self._chain()
         self.direct = False
         if self.device.type == "cuda":
             self._warm_up(fast_launch)
@@ -433,17 +435,21 @@ class FlexMasker:
 
         flats16 = [w.view(-1).view(torch.int16) for w in self.weights if w.numel()]
         if self.n >= pt.WINDOW_MIN_VALUES:
-            return self._launches(pt.window_pivot_launches(flats16, self.counts, self.state, self.k, self.dtype))
+            return [
+                common.Launch(*x)
+                for x in pt.window_pivot_launches(flats16, self.counts, self.state, self.k, self.dtype)
+            ]
         groups = [flats16[i : i + MAX_TENSORS] for i in range(0, len(flats16), MAX_TENSORS)]
         launches = [hist16_launch(g, self.counts, self.k, p) for p in (1, 2) for g in groups]
         launches.append(select16_launch(self.counts, self.state, self.k, self.dtype, True))
-        return self._launches(launches)
+        return [common.Launch(*x) for x in launches]
 
-    def _launches(self, launches: list[tuple]) -> list[common.Launch]:
-        """``common.Launch`` of each (kernel, grid, args, warps), chained when ``pdl``."""
-        if not self.pdl:
-            return [common.Launch(*x) for x in launches]
-        return [common.Launch(k, g, common.chained(k, a), w, pdl=True) for k, g, a, w in launches]
+    def _chain(self) -> None:
+        """Chain the pivot's and the masks' launches (``pdl``) as one sequence."""
+        raw = [(x.kernel, x.grid, x.args, x.warps) for x in self._pivot_launches + self._mask_launches]
+        chained = common.chain(raw)
+        n = len(self._pivot_launches)
+        self._pivot_launches, self._mask_launches = chained[:n], chained[n:]
 
     def _build_masks(self) -> list:
         if isinstance(self.pattern, Unstructured):
@@ -455,7 +461,7 @@ class FlexMasker:
             return []
         ws, ms = zip(*pairs, strict=True)
         launches = multi_mask_launches(list(ws), list(ms), self._mask_buffer, self.pattern, self.state, self.seed)
-        return self._launches(launches)
+        return [common.Launch(*x) for x in launches]
 
     def _warm_up(self, fast_launch: bool) -> None:
         """Compile and run once; then switch to direct launches if they give the same result."""

@@ -8,11 +8,13 @@ and counts equal to variant A's), then timed as figure3 times FAST (CUDA-graph r
   A  before: one mask launch per weight; the window pivot's two selects as launches of their
      own; the idle fallback on 1024 programs (the design at eb275ff)
   B  one mask launch for the block (``multi_mask_launches``)
-  C  B + the selects in the passes' last programs + the fallback on 2 programs per SM
+  C  B + the fallback's select in its second pass's last program + the fallback on 2 programs
+     per SM (FlexMasker's defaults, ``pdl=False``)
   D  C + programmatic dependent launch (``pdl=True``: each kernel launches while the one before
      it runs)
 
-and the parts of D: the pivot's launches alone, the masks' alone. Patterns TBS(4), TBS(8),
+and the parts of D: the pivot's launches alone, the masks' alone; then the pivot alone in
+variants (which selects fold into a pass, the fallback's grid, PDL). Patterns TBS(4), TBS(8),
 Vegeta(4), Vegeta(8), 2:4 at density 0.5, MAP-NEO 460M and 7B blocks.
 
     python3 scripts/probes/gpu_probe_masker_launches.py
@@ -141,6 +143,41 @@ def main() -> None:
             if d._pivot_launches:
                 print(f"      D's pivot alone          {time_gpu(pivot_only).ms * 1e3:8.1f} us")
             print(f"      D's masks alone          {time_gpu(masks_only).ms * 1e3:8.1f} us")
+            if isinstance(pattern, TBS) and pattern.x == 4:
+                pivot_sweep(variants["C B + selects folded"], want)
+
+
+def pivot_sweep(masker: FlexMasker, want: tuple) -> None:
+    """The pivot alone, in variants, each checked (state and counts equal to A's) then timed."""
+    flats = [w.view(-1).view(torch.int16) for w in masker.weights]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    configs = {
+        "selects launched, fallback 1024 (A)": dict(fuse_select=False, fallback_programs=1024),
+        "selects launched, fallback 2/SM": dict(fuse_select=False),
+        "fallback select folded, fallback 2/SM (C)": dict(),
+        "fallback select folded, fallback 1/SM": dict(fallback_programs=sms),
+        "both selects folded, fallback 2/SM": dict(fuse_window_select=True),
+    }
+    print("    the pivot alone (TBS(4,4)'s masker):")
+    for pdl in (False, True):
+        for name, kw in configs.items():
+            raw = pt.window_pivot_launches(flats, masker.counts, masker.state, masker.k, masker.dtype, **kw)
+            launches = common.chain(raw) if pdl else [common.Launch(*x) for x in raw]
+
+            def call(launches=launches) -> None:
+                for x in launches:
+                    x(None)
+
+            masker.state.fill_(float("nan"))
+            call()
+            torch.cuda.synchronize()
+            ok = torch.equal(masker.state.view(torch.int32), want[1].view(torch.int32))
+            ok = ok and torch.equal(masker.counts[pt.NONFINITE : pt.COUNTS_LEN], want[2])
+            label = f"{name}{', PDL' if pdl else ''}"
+            if not ok:
+                print(f"      {label:52s} DIFFERS from A: not timed")
+                continue
+            print(f"      {label:52s} {time_gpu(call).ms * 1e3:8.1f} us  {len(launches)} launches")
 
 
 if __name__ == "__main__":

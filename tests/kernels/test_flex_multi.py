@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernels.ops import _flex_triton as ft
-from kernels.ops._multi_triton import MULTI_SLOTS, multi_table
+from kernels.ops._multi_triton import MULTI_SLOTS, PAST, multi_scalars
 from kernels.ops.flex import NM, TBS, FlexMasker, Vegeta
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -49,6 +49,7 @@ def _own(ws: list[torch.Tensor], pattern, state: torch.Tensor, seed: int) -> lis
 
 @pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.name)
 def test_multi_equals_own_launches(pattern) -> None:
+    """Weights of different row counts in one launch: each weight's own masks."""
     shapes = [(64, 128), (128, 128), (32, 128)]
     ws = _weights(shapes, seed=1)
     state = torch.tensor([0.6, 0.5])  # pivot, tie share
@@ -106,11 +107,13 @@ def test_masks_outside_the_buffer_refused_or_launched_alone() -> None:
         ft.multi_mask_launches(ws, outs[:1], base, TBS(4), state, seed=0)
 
 
-def test_table_layout() -> None:
-    t = multi_table([(0, 2, 3, 4, 64, 64, 0), (6, 1, 1, 1, 16, 16, 256)], torch.device("cpu"))
-    assert t.shape == (MULTI_SLOTS, 8) and t[1, 0] == 6 and (t[2:, 0] == 2**31 - 1).all()
+def test_slot_scalars() -> None:
+    got = multi_scalars([0, 6], [64, 128], [0, 256])
+    assert got[:7] == (6, *[PAST] * 6) and got[7:9] == (64, 128) and got[15:17] == (0, 256)
     with pytest.raises(ValueError, match="1..8 weights"):
-        multi_table([], torch.device("cpu"))
+        multi_scalars([], [], [])
+    with pytest.raises(ValueError, match="the first at program 0"):
+        multi_scalars([1], [64], [0])
 
 
 @pytest.mark.parametrize("pattern", [TBS(4), Vegeta(4), NM(2, 4)], ids=lambda p: p.name)
@@ -187,9 +190,15 @@ def test_chained_launch_arguments() -> None:
         [x.view(64, 64)], [torch.zeros(64, 64, dtype=torch.bool)], *_buffer([(64, 64)])[:1], TBS(4), state, 0
     )
     for kernel, _, args, _ in launches:
-        got = common.chained(kernel, args)
-        assert len(got) == len(kernel.arg_names) and got[-1] is True and got[: len(args) - 1] == args[: len(args) - 1]
+        assert len(args) == len(kernel.arg_names) and args[-1] == 0, "PDL off, and given: direct launches need it"
+        got = common.chained(kernel, args, 3)
+        assert len(got) == len(kernel.arg_names) and got[-1] == 3 and got[:-1] == args[:-1]
+        assert common.chained(kernel, args[:-1], 1)[-1] == 1  # a trailing default left out
+    chain = common.chain(launches)
+    assert [x.args[-1] for x in chain] == [2] + [3] * (len(launches) - 2) + [1]  # TRIGGER, both, WAIT
+    assert [x.pdl for x in chain] == [False] + [True] * (len(launches) - 1)
+    assert [x.args[-1] for x in common.chain(launches[:1])] == [0] and not common.chain(launches[:1])[0].pdl
     with pytest.raises(ValueError, match="no PDL flag"):
-        common.chained(ft._tile_uniforms_kernel, (state, 0, 1, 1024))
+        common.chained(ft._tile_uniforms_kernel, (state, 0, 1, 1024), 1)
     assert not pdl_supported(torch.device("cpu"))
     assert not FlexMasker(_weights([(16, 64)], 0), TBS(4), 0.5).pdl

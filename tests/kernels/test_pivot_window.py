@@ -24,10 +24,10 @@ def _two_pass(ts: list[torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tenso
     return state, counts
 
 
-def _check_equal(ts: list[torch.Tensor], k: int, window: int = pt.WINDOW, fuse_select: bool = True) -> int:
+def _check_equal(ts: list[torch.Tensor], k: int, window: int = pt.WINDOW, fuse: bool = True) -> int:
     """Window pivot == two passes (state bit for bit, the three counts); bins and tickets cleared;
-    the miss flag."""
-    state, counts = pt.window_pivot(ts, k, window, fuse_select)
+    the miss flag. ``fuse``: both selects in the passes' last programs (else both launched)."""
+    state, counts = pt.window_pivot(ts, k, window, fuse_select=fuse, fuse_window_select=fuse)
     want_state, want_counts = _two_pass(ts, k)
     assert torch.equal(state.view(torch.int32), want_state.view(torch.int32)), (k, state, want_state)
     assert counts[pt.NONFINITE : pt.COUNTS_LEN].tolist() == want_counts[pt.NONFINITE :].tolist()
@@ -74,7 +74,7 @@ def test_window_miss_runs_the_exact_passes(fuse_select):
     x[sampled] = 5.0
     x += 1e-4 * torch.rand(x.shape, generator=torch.Generator().manual_seed(3))
     x = x.to(torch.bfloat16)
-    assert _check_equal([x], x.numel() // 2, fuse_select=fuse_select) == 1
+    assert _check_equal([x], x.numel() // 2, fuse=fuse_select) == 1
 
 
 def test_selects_fold_into_the_passes():
@@ -82,9 +82,10 @@ def test_selects_fold_into_the_passes():
     launches fewer; with more tensors than one launch takes, they launch on their own."""
     x = torch.randn(4096).to(torch.bfloat16).view(torch.int16)
     counts, state = torch.zeros(pt.WINDOW_COUNTS_LEN, dtype=torch.int64), torch.zeros(2)
-    fused = pt.window_pivot_launches([x], counts, state, 10, torch.bfloat16)
+    fused = pt.window_pivot_launches([x], counts, state, 10, torch.bfloat16, fuse_window_select=True)
     apart = pt.window_pivot_launches([x], counts, state, 10, torch.bfloat16, fuse_select=False)
-    assert len(apart) - len(fused) == 2
+    default = pt.window_pivot_launches([x], counts, state, 10, torch.bfloat16)
+    assert len(apart) - len(fused) == 2 and len(default) == len(fused) + 1
     many = pt.window_pivot_launches([x] * (pt.MAX_TENSORS + 1), counts, state, 10, torch.bfloat16)
     assert len(many) == 2 * 2 + 2 + 1 + 2 * 2 + 1
 
