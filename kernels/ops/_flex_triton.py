@@ -386,6 +386,12 @@ GROUPS_ELEMS, GROUPS_WARPS = 1024, 4
 CIRCULANT_ELEMS, CIRCULANT_WARPS = 8192, 4
 
 
+# FlexMasker launches one mask kernel for up to 8 weights below this many values, one a weight
+# above: on an H100 the single launch saved 7 us of 90 on a MAP-NEO 460M block (13.6M values)
+# and cost 5-14% on a 7B block (264M values; its 2:4 programs of 1024 values pay the slot lookup
+# each), results/tuning/h100_probe_masker_launches.txt. Between them the crossing is not measured.
+MULTI_MAX_VALUES = 1 << 25
+
 MaskLaunch = tuple[object, tuple[int, ...], tuple, int]  # kernel, grid, positional args, num_warps
 _SLOTS = ("x1", "x2", "x3", "x4", "x5", "x6", "x7")
 

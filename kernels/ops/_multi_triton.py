@@ -8,13 +8,15 @@ program ids (p0, p1) its weight's own launch would have given it, and takes that
 pointer, row length and mask offset. Each program then runs the same code on the same tile as
 before, so the masks (and the Philox draws, numbered per weight) are the same bit for bit.
 
-Per slot the launch passes scalars, not a table in memory (a table's loads put two dependent
-memory round trips before every program's work: 5% slower on a MAP-NEO 7B block,
-results/tuning/h100_probe_masker_launches.txt): s1..s7 the first program of slots 1..7 (slot 0
+Per slot the launch passes scalars, not a table in memory (whose loads would put two dependent
+memory round trips before every program's work): s1..s7 the first program of slots 1..7 (slot 0
 starts at 0; an unused slot starts past every program), c0..c7 the row length (weights and masks
 are contiguous rows: stride = row length), o0..o7 the mask's offset from the launch's mask
 pointer. Row lengths and offsets are multiples of 16 (the host checks), so loads and stores stay
-vectorised as with a weight's own launch.
+vectorised as with a weight's own launch. The lookup still costs each program some integer work,
+which short programs over large weights notice (a 2:4 program reads 1024 values): FlexMasker
+takes a multi launch only below ``_flex_triton.MULTI_MAX_VALUES``
+(results/tuning/h100_probe_masker_launches.txt).
 """
 
 from __future__ import annotations

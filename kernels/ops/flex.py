@@ -315,8 +315,9 @@ class FlexMasker:
     density once, preallocates the masks and scratch, binds every launch once, and keeps the pivot
     on the device: the pivot's passes (reading up to 8 weights in place per launch; from 2**20
     values the window pivot, ``kernels.ops._pivot_triton.window_pivot_launches``), its select
-    (pivot and tie share into ``state``) and the mask kernels (which read ``state``; one launch
-    for up to 8 weights, the masks being views of one buffer) run back to back with no host
+    (pivot and tie share into ``state``) and the mask kernels (which read ``state``; below
+    ``MULTI_MAX_VALUES`` one launch for up to 8 weights, the masks being views of one buffer)
+    run back to back with no host
     round trip, so a call can be captured in a CUDA graph. ``pdl`` (default: where the GPU and
     Triton allow it) chains the launches with programmatic dependent launch, so each launches
     while the one before it runs (same results). The weights are read through views taken
@@ -454,11 +455,13 @@ class FlexMasker:
     def _build_masks(self) -> list:
         if isinstance(self.pattern, Unstructured):
             return []
-        from kernels.ops._flex_triton import multi_mask_launches
+        from kernels.ops._flex_triton import MULTI_MAX_VALUES, mask_launch, multi_mask_launches
 
         pairs = [(w, m) for w, m in zip(self.weights, self.masks, strict=True) if w.numel()]
         if not pairs:
             return []
+        if self.n >= MULTI_MAX_VALUES:  # large weights: one launch each (see MULTI_MAX_VALUES)
+            return [common.Launch(*mask_launch(w, m, self.pattern, self.state, self.seed)) for w, m in pairs]
         ws, ms = zip(*pairs, strict=True)
         launches = multi_mask_launches(list(ws), list(ms), self._mask_buffer, self.pattern, self.state, self.seed)
         return [common.Launch(*x) for x in launches]

@@ -150,7 +150,7 @@ def test_flex_masker_chained_and_captured_on_gpu(pattern) -> None:
     for pdl in (True, False):
         masker = FlexMasker(ws, pattern, 0.5, seed=3, pdl=pdl)
         assert masker.direct, "direct launches were switched off"
-        assert len(masker._mask_launches) == 1
+        assert len(masker._mask_launches) < len(ws), "no multi launch"
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             masker(check=False)
@@ -173,6 +173,17 @@ def test_flex_masker_chained_and_captured_on_gpu(pattern) -> None:
                     else flex_mask(w, pattern, 0.5, "fast", 3, pivot, tie=tie)
                 )
                 assert torch.equal(g, want) and torch.equal(e, want), (pdl, step)
+
+
+def test_large_blocks_launch_per_weight(monkeypatch) -> None:
+    """From MULTI_MAX_VALUES values FlexMasker launches one mask kernel per weight: same masks."""
+    ws = _weights([(64, 128), (128, 128)], seed=12)
+    want = [m.clone() for m in FlexMasker(ws, TBS(4), 0.5, seed=2)()]
+    monkeypatch.setattr(ft, "MULTI_MAX_VALUES", 0)
+    masker = FlexMasker(ws, TBS(4), 0.5, seed=2)
+    assert len(masker._mask_launches) == 2
+    for got, w in zip(masker(), want, strict=True):
+        assert torch.equal(got, w)
 
 
 def test_chained_launch_arguments() -> None:
