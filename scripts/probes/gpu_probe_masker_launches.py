@@ -9,7 +9,7 @@ and counts equal to variant A's), then timed as figure3 times FAST (CUDA-graph r
      own; the idle fallback on 1024 programs (the design at eb275ff)
   B  one mask launch for the block (``multi_mask_launches``)
   C  B + the fallback's select in its second pass's last program + the fallback on 2 programs
-     per SM (FlexMasker's defaults, ``pdl=False``)
+     per SM + the counting pass's counters packed in int32 (FlexMasker's defaults, ``pdl=False``)
   D  C + programmatic dependent launch (``pdl=True``: each kernel launches while the one before
      it runs)
 
@@ -51,13 +51,21 @@ def weights(shapes, seed: int = 0) -> list[torch.Tensor]:
 
 
 def before(masker: FlexMasker) -> FlexMasker:
-    """Variant A: the launches as they were at eb275ff (no PDL, selects and masks launched apart)."""
+    """Variant A: the launches as they were at eb275ff (no PDL, selects and masks launched apart,
+    int64 counters)."""
     flats = [w.view(-1).view(torch.int16) for w in masker.weights]
     if masker._needs_pivot:
         masker._pivot_launches = [
             common.Launch(*x)
             for x in pt.window_pivot_launches(
-                flats, masker.counts, masker.state, masker.k, masker.dtype, fallback_programs=1024, fuse_select=False
+                flats,
+                masker.counts,
+                masker.state,
+                masker.k,
+                masker.dtype,
+                fallback_programs=1024,
+                fuse_select=False,
+                pack32=False,
             )
         ]
     masker._mask_launches = [
@@ -68,13 +76,20 @@ def before(masker: FlexMasker) -> FlexMasker:
 
 
 def multi_only(masker: FlexMasker) -> FlexMasker:
-    """Variant B: A's pivot, C's one mask launch."""
+    """Variant B: A's pivot, C's one mask launch (below MULTI_MAX_VALUES; else A's mask launches)."""
     if masker._needs_pivot:
         flats = [w.view(-1).view(torch.int16) for w in masker.weights]
         masker._pivot_launches = [
             common.Launch(*x)
             for x in pt.window_pivot_launches(
-                flats, masker.counts, masker.state, masker.k, masker.dtype, fallback_programs=1024, fuse_select=False
+                flats,
+                masker.counts,
+                masker.state,
+                masker.k,
+                masker.dtype,
+                fallback_programs=1024,
+                fuse_select=False,
+                pack32=False,
             )
         ]
     return masker
@@ -157,6 +172,7 @@ def pivot_sweep(masker: FlexMasker, want: tuple) -> None:
         "fallback select folded, fallback 2/SM (C)": dict(),
         "fallback select folded, fallback 1/SM": dict(fallback_programs=sms),
         "both selects folded, fallback 2/SM": dict(fuse_window_select=True),
+        "C with int64 counters (as at eb275ff)": dict(pack32=False),
     }
     print("    the pivot alone (TBS(4,4)'s masker):")
     for pdl in (False, True):
