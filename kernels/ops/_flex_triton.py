@@ -386,10 +386,12 @@ GROUPS_ELEMS, GROUPS_WARPS = 1024, 4
 CIRCULANT_ELEMS, CIRCULANT_WARPS = 8192, 4
 
 
-# FlexMasker launches one mask kernel for up to 8 weights below this many values, one a weight
-# above: on an H100 the single launch saved 7 us of 90 on a MAP-NEO 460M block (13.6M values)
-# and cost 5-14% on a 7B block (264M values; its 2:4 programs of 1024 values pay the slot lookup
-# each), results/tuning/h100_probe_masker_launches.txt. Between them the crossing is not measured.
+# Below this many values FlexMasker launches one mask kernel for up to 8 weights (else one a
+# weight) and chains its launches with PDL (where supported): both shorten the gaps between
+# kernels, which only small blocks notice. On an H100 (results/tuning/h100_probe_masker_launches
+# *.txt) on a MAP-NEO 460M block (13.6M values) the single launch saved 7 us and PDL 4.5 us of
+# 90; on a 7B block (264M values) the single launch cost 5-14% (its 2:4 programs of 1024 values
+# pay the slot lookup each) and PDL 10% on 2:4. Between them the crossing is not measured.
 MULTI_MAX_VALUES = 1 << 25
 
 MaskLaunch = tuple[object, tuple[int, ...], tuple, int]  # kernel, grid, positional args, num_warps

@@ -346,24 +346,20 @@ def _window_kernel(
     s1, s2, s3, s4, s5, s6, s7,
     sample_ptr, win_ptr, ks, iters, hist_ptr, state_ptr, k,
     INF_KEY: tl.constexpr, BLOCK: tl.constexpr, W: tl.constexpr,
-    SELECT: tl.constexpr = False, IS_BF16: tl.constexpr = True, PACK32: tl.constexpr = True,
-    PDL: tl.constexpr = False,
+    SELECT: tl.constexpr = False, IS_BF16: tl.constexpr = True, PDL: tl.constexpr = False,
 ):  # fmt: skip
-    # per program: counts of keys lo .. lo + W - 1 (W = 8 or 16), #(key > lo + W - 1) at
-    # win_ptr + 16, #(key >= INF_KEY) at win_ptr + 17. A lane sees at most iters <= 255 values,
-    # so its key counters are 8-bit fields packed in registers: PACK32, four to an int32 (W / 4
-    # accumulators: 32-bit shifts, selects and adds), else eight to an int64 (the first version:
-    # 64-bit operations cost two instructions each). SELECT: the last program to finish (the
-    # ticket at win_ptr + 19) runs _select_window, so the select needs no launch of its own.
+    # per program: counts of keys lo .. lo + W - 1 (W = 8 or 16: one or two int64 accumulators of
+    # eight 8-bit counters a lane; a lane sees at most iters <= 255 values), #(key > lo + W - 1)
+    # at win_ptr + 16, #(key >= INF_KEY) at win_ptr + 17. (Four counters to an int32, tried, ran
+    # 24-52% slower on the H100: results/tuning/h100_probe_masker_launches_pack32.txt.) SELECT:
+    # the last program to finish (the ticket at win_ptr + 19) runs _select_window, so the select
+    # needs no launch of its own (off by default: it slowed this pass, same record).
     chain_prologue(PDL)
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
     lo = _window_lo(sample_ptr, ks, W)
-    ACC: tl.constexpr = tl.int32 if PACK32 else tl.int64
-    acc_a = tl.zeros([BLOCK], dtype=ACC)  # keys lo .. lo + 3 (PACK32), lo .. lo + 7 (int64)
-    acc_b = tl.zeros([BLOCK], dtype=ACC)  # keys lo + 4 .. 7 (PACK32), lo + 8 .. 15 (int64, W == 16)
-    acc_c = tl.zeros([BLOCK], dtype=ACC)  # keys lo + 8 .. 11 (PACK32, W == 16)
-    acc_d = tl.zeros([BLOCK], dtype=ACC)  # keys lo + 12 .. 15 (PACK32, W == 16)
+    acc_a = tl.zeros([BLOCK], dtype=tl.int64)  # keys lo .. lo + 7
+    acc_b = tl.zeros([BLOCK], dtype=tl.int64)  # keys lo + 8 .. lo + 15 (W == 16)
     above = tl.zeros([BLOCK], dtype=tl.int32)
     nonfinite = tl.zeros([BLOCK], dtype=tl.int32)
     for i in range(iters):
@@ -377,33 +373,16 @@ def _window_kernel(
         d = key - lo
         above += (d >= W).to(tl.int32)
         nonfinite += (key >= INF_KEY).to(tl.int32)
-        if PACK32:
-            one = 1 << ((d & 3) * 8)
-            q = d >> 2  # which accumulator (negative: below the window)
-            acc_a += tl.where(q == 0, one, 0)
-            acc_b += tl.where(q == 1, one, 0)
-            if W == 16:
-                acc_c += tl.where(q == 2, one, 0)
-                acc_d += tl.where(q == 3, one, 0)
-        else:
-            one = tl.full([BLOCK], 1, tl.int64) << ((d & 7) * 8).to(tl.int64)
-            acc_a += tl.where((d >= 0) & (d < 8), one, 0)
-            if W == 16:
-                acc_b += tl.where((d >= 8) & (d < 16), one, 0)
+        one = tl.full([BLOCK], 1, tl.int64) << ((d & 7) * 8).to(tl.int64)
+        acc_a += tl.where((d >= 0) & (d < 8), one, 0)
+        if W == 16:
+            acc_b += tl.where((d >= 8) & (d < 16), one, 0)
     ar = tl.arange(0, W)
     win = tl.zeros([W], dtype=tl.int64)
-    if PACK32:
-        for f in tl.static_range(4):
-            win += tl.where(ar == f, tl.sum((acc_a >> (8 * f)) & 0xFF, 0), 0)
-            win += tl.where(ar == f + 4, tl.sum((acc_b >> (8 * f)) & 0xFF, 0), 0)
-            if W == 16:
-                win += tl.where(ar == f + 8, tl.sum((acc_c >> (8 * f)) & 0xFF, 0), 0)
-                win += tl.where(ar == f + 12, tl.sum((acc_d >> (8 * f)) & 0xFF, 0), 0)
-    else:
-        for f in tl.static_range(8):
-            win += tl.where(ar == f, tl.sum((acc_a >> (8 * f)) & 0xFF, 0), 0)
-            if W == 16:
-                win += tl.where(ar == f + 8, tl.sum((acc_b >> (8 * f)) & 0xFF, 0), 0)
+    for f in tl.static_range(8):
+        win += tl.where(ar == f, tl.sum((acc_a >> (8 * f)) & 0xFF, 0), 0)
+        if W == 16:
+            win += tl.where(ar == f + 8, tl.sum((acc_b >> (8 * f)) & 0xFF, 0), 0)
     tl.atomic_add(win_ptr + ar, win)
     tl.atomic_add(win_ptr + 16, tl.sum(above, 0).to(tl.int64))
     tl.atomic_add(win_ptr + 17, tl.sum(nonfinite, 0).to(tl.int64))
@@ -479,7 +458,6 @@ def window_pivot_launches(
     window: int = WINDOW,
     fuse_select: bool = True,
     fuse_window_select: bool = False,
-    pack32: bool = True,
 ) -> list[tuple]:
     """(kernel, grid, arguments, warps) of every launch of the window pivot over the flat int16 views
     ``flats16`` (any number, read in place): the sample's two passes, the counting pass and its
@@ -488,7 +466,6 @@ def window_pivot_launches(
     pass (a ticket), not as a launch of its own; ``fuse_window_select`` (off: it slowed the
     counting pass, results/tuning/h100_probe_masker_launches.txt) does the same for the window's
     select. Both need the tensors in one launch (at most ``MAX_TENSORS``; more: separate selects).
-    ``pack32``: the counting pass packs its 8-bit counters in int32 (else int64; same counts).
     ``counts``: int64 [WINDOW_COUNTS_LEN] of zeros (left zeroed but for NONFINITE, GT, EQ);
     ``state``: float32 [2] <- (pivot, tie share). Same results as the two passes and ``select16``.
     The grid sizes and warps are tuned on the H100 (scripts/probes/gpu_probe_window_pivot.py);
@@ -519,7 +496,7 @@ def window_pivot_launches(
     out = [hist16_launch(g, sample, ks, p, WINDOW_SAMPLE, programs=sample_programs) for p in (1, 2) for g in groups]
     for g in groups:
         slots, programs, iters = tensor_slots(g, max_iters=_MAX_WINDOW_ITERS, programs=grid)
-        consts = (inf_key, BLOCK, window, fuse_window, is_bf16, pack32, False)  # PDL off
+        consts = (inf_key, BLOCK, window, fuse_window, is_bf16, False)  # PDL off
         out.append(
             (_window_kernel, (programs,), (*slots, sample, win, ks, iters, counts, state, k, *consts), count_warps)
         )

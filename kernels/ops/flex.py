@@ -318,10 +318,11 @@ class FlexMasker:
     (pivot and tie share into ``state``) and the mask kernels (which read ``state``; below
     ``MULTI_MAX_VALUES`` one launch for up to 8 weights, the masks being views of one buffer)
     run back to back with no host
-    round trip, so a call can be captured in a CUDA graph. ``pdl`` (default: where the GPU and
-    Triton allow it) chains the launches with programmatic dependent launch, so each launches
-    while the one before it runs (same results). The weights are read through views taken
-    here: update them in place (optimizers do), do not replace them.
+    round trip, so a call can be captured in a CUDA graph. ``pdl`` (default: below
+    ``MULTI_MAX_VALUES``, where the GPU and Triton allow it) chains the launches with
+    programmatic dependent launch, so each launches while the one before it runs (same
+    results). The weights are read through views taken here: update them in place (optimizers
+    do), do not replace them.
 
     ``masker(check=True)`` reads the device non-finite count once, after every launch, and raises
     ValueError on NaN/Inf weights (the masks are then meaningless). ``check=False`` (for CUDA-graph
@@ -405,9 +406,12 @@ class FlexMasker:
         self.nonfinite_index = NONFINITE
         self._triton = use_triton(ws[0])
         from kernels.ops._chain_triton import pdl_supported
+        from kernels.ops._flex_triton import MULTI_MAX_VALUES
 
-        # chained launches (programmatic dependent launch) where the GPU and Triton allow them
-        self.pdl = pdl_supported(self.device) if pdl is None else bool(pdl and pdl_supported(self.device))
+        # chained launches (programmatic dependent launch) where the GPU and Triton allow them;
+        # by default only for small blocks (see MULTI_MAX_VALUES)
+        small = self.n < MULTI_MAX_VALUES
+        self.pdl = pdl_supported(self.device) and (small if pdl is None else bool(pdl))
         self._needs_pivot = needs_pivot(pattern)
         if not self._needs_pivot:  # fixed n:m: the state is never read (pivot NaN says so)
             self.state[0] = float("nan")

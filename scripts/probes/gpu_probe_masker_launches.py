@@ -9,13 +9,15 @@ and counts equal to variant A's), then timed as figure3 times FAST (CUDA-graph r
      own; the idle fallback on 1024 programs (the design at eb275ff)
   B  one mask launch for the block (``multi_mask_launches``)
   C  B + the fallback's select in its second pass's last program + the fallback on 2 programs
-     per SM + the counting pass's counters packed in int32 (FlexMasker's defaults, ``pdl=False``)
+     per SM (FlexMasker's defaults, ``pdl=False``)
   D  C + programmatic dependent launch (``pdl=True``: each kernel launches while the one before
      it runs)
 
 and the parts of D: the pivot's launches alone, the masks' alone; then the pivot alone in
 variants (which selects fold into a pass, the fallback's grid, PDL). Patterns TBS(4), TBS(8),
-Vegeta(4), Vegeta(8), 2:4 at density 0.5, MAP-NEO 460M and 7B blocks.
+Vegeta(4), Vegeta(8), 2:4 at density 0.5, MAP-NEO 460M and 7B blocks. (Records: at c893e8f
+h100_probe_masker_launches.txt; at fa8e0f0, with an int32-packed counting pass since removed,
+h100_probe_masker_launches_pack32.txt.)
 
     python3 scripts/probes/gpu_probe_masker_launches.py
 """
@@ -51,8 +53,7 @@ def weights(shapes, seed: int = 0) -> list[torch.Tensor]:
 
 
 def before(masker: FlexMasker) -> FlexMasker:
-    """Variant A: the launches as they were at eb275ff (no PDL, selects and masks launched apart,
-    int64 counters)."""
+    """Variant A: the launches as they were at eb275ff (no PDL, selects and masks launched apart)."""
     flats = [w.view(-1).view(torch.int16) for w in masker.weights]
     if masker._needs_pivot:
         masker._pivot_launches = [
@@ -65,7 +66,6 @@ def before(masker: FlexMasker) -> FlexMasker:
                 masker.dtype,
                 fallback_programs=1024,
                 fuse_select=False,
-                pack32=False,
             )
         ]
     masker._mask_launches = [
@@ -89,7 +89,6 @@ def multi_only(masker: FlexMasker) -> FlexMasker:
                 masker.dtype,
                 fallback_programs=1024,
                 fuse_select=False,
-                pack32=False,
             )
         ]
     return masker
@@ -172,7 +171,6 @@ def pivot_sweep(masker: FlexMasker, want: tuple) -> None:
         "fallback select folded, fallback 2/SM (C)": dict(),
         "fallback select folded, fallback 1/SM": dict(fallback_programs=sms),
         "both selects folded, fallback 2/SM": dict(fuse_window_select=True),
-        "C with int64 counters (as at eb275ff)": dict(pack32=False),
     }
     print("    the pivot alone (TBS(4,4)'s masker):")
     for pdl in (False, True):

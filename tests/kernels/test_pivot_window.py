@@ -77,22 +77,6 @@ def test_window_miss_runs_the_exact_passes(fuse_select):
     assert _check_equal([x], x.numel() // 2, fuse=fuse_select) == 1
 
 
-@pytest.mark.parametrize("window", [8, 16])
-def test_counters_packed_in_int32_or_int64(window):
-    """The counting pass's 8-bit counters in int32 (default) or int64 lanes: the same counts."""
-    ts = _weights([(256, 256), (100, 7)], torch.bfloat16, 4, True)
-    flats = [t.reshape(-1).view(torch.int16) for t in ts]
-    k = sum(t.numel() for t in ts) // 3
-    got = []
-    for pack32 in (True, False):
-        counts, state = torch.zeros(pt.WINDOW_COUNTS_LEN, dtype=torch.int64), torch.zeros(2)
-        launches = pt.window_pivot_launches(flats, counts, state, k, torch.bfloat16, window=window, pack32=pack32)
-        for kernel, grid, args, warps in launches[:3]:  # the sample's two passes, the counting pass
-            kernel[grid](*args, num_warps=warps)
-        got.append(counts[pt.WIN_AT : pt.FLAG_AT].clone())
-    assert torch.equal(got[0], got[1]) and got[0][:window].sum() > 0
-
-
 def test_selects_fold_into_the_passes():
     """With one launch's worth of tensors the two selects run in the passes' last programs: two
     launches fewer; with more tensors than one launch takes, they launch on their own."""
