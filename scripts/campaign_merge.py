@@ -27,8 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from repro.results import DEVICE_SLUG_RE, JOURNAL_SUFFIX  # noqa: E402
 from scripts.merge_results import merge  # noqa: E402
 
-KEEP_OTHER_SHAPES = frozenset({"table8"})
-"""Suites run in parts by model (``REPRO_TABLE8_MODELS``): a part replaces only its own models' rows."""
+KEEP_OTHER_SHAPES = frozenset({"table8", "fast_figure3_e2e"})
+"""Suites run in parts by model (``REPRO_TABLE8_MODELS``, ``FAST_E2E_MODELS`` and world size): a
+part replaces only its own models' rows."""
 GATE_FILES = ("aa_vs_committed.json", "aa_vs_committed.log")
 
 

@@ -124,3 +124,25 @@ def test_a_cut_run_keeps_the_stored_rows_it_never_reached(tmp_path: Path) -> Non
     assert df.loc[["a", "b"], "command"].str.endswith(PARTIAL_MARK).all()
     assert not str(df.loc["c", "command"]).endswith(PARTIAL_MARK)
     assert (into / "cpu" / "campaign-be79020").is_dir()
+
+
+def test_an_e2e_part_keeps_the_other_models_rows(tmp_path: Path) -> None:
+    """fast_figure3_e2e runs in parts by model and world size (FAST_E2E_MODELS): a campaign that
+    re-ran only the 460M parts replaces those rows and keeps the stored 7B rows (campaign 7e83969
+    had dropped them before KEEP_OTHER_SHAPES named the suite)."""
+    into = tmp_path / "results"
+    stored = ResultSet("fast_figure3_e2e", "A", "smoke", torch.device("cpu"))
+    for shape in ("smoke w1", "big w1"):
+        stored.add("ours", shape, "fp32", "a", 0.0, "ms", verified=True)
+    stored.write(into)
+    p = tmp_path / "src" / ".persist"
+    _rows(p / "r" / "e2e-w1", "fast_figure3_e2e", "smoke w1", journal=False)
+    (p / "queue").mkdir(parents=True)
+    (p / "queue" / "status.json").write_text(json.dumps([{"name": "e2e-w1", "state": "done", "rc": 0}]))
+    tarball = tmp_path / "e.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(p, arcname=".persist")
+    assert campaign_merge([str(tarball), "abc1234", "--into", str(into), "--no-plot"]) == 0
+    df = read_results(into / "cpu" / "fast_figure3_e2e.csv")
+    assert sorted(set(df["shape"])) == ["big w1", "smoke w1"]
+    assert df[df["shape"] == "smoke w1"]["value"].tolist() == [1.0, 1.0]
