@@ -13,24 +13,41 @@ from kernels.ops._multi_triton import multi_program
 @triton.jit(do_not_specialize=["seed"])
 def flex_tbs4_kernel(
     w_ptr, m_ptr, pivot, tie, seed, n_tile_rows, n_tile_cols, stride_w, stride_m,
-    x1, x2, x3, x4, x5, x6, x7,
-    s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7,
-    TC: tl.constexpr, PIVOT_PTR: tl.constexpr = False, MULTI: tl.constexpr = False,
-    PDL: tl.constexpr = False,
+    TC: tl.constexpr, PIVOT_PTR: tl.constexpr = False, PDL: tl.constexpr = 0,
 ):
     chain_prologue(PDL)  # a chained launch (kernels/ops/_chain_triton.py)
     if PIVOT_PTR:  # pivot points at the device state (pivot, tie share); tie is unused
         tie = tl.load(pivot + 1)
         pivot = tl.load(pivot)
-    if MULTI:  # one launch over up to 8 weights (kernels/ops/_multi_triton.py)
-        tr, pid1, w_ptr, m_ptr, n_tile_cols, stride_w = multi_program(
-            w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr,
-            s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7, 4, TC,
-        )
-        stride_m = stride_w
-    else:
-        tr = tl.program_id(0)
-        pid1 = tl.program_id(1)
+    flex_tbs4_tiles(
+        w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, tl.program_id(0), tl.program_id(1), TC
+    )
+
+
+@triton.jit(do_not_specialize=["seed"])
+def flex_tbs4_multi_kernel(
+    w_ptr, m_ptr, pivot, tie, seed,
+    x1, x2, x3, x4, x5, x6, x7,
+    s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7,
+    TC: tl.constexpr, PIVOT_PTR: tl.constexpr = False, PDL: tl.constexpr = 0,
+):
+    # flex_tbs4_kernel over up to 8 weights in one 1-D launch (kernels/ops/_multi_triton.py)
+    chain_prologue(PDL)
+    if PIVOT_PTR:
+        tie = tl.load(pivot + 1)
+        pivot = tl.load(pivot)
+    tr, pid1, w, m, n_tile_cols, stride = multi_program(
+        w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr,
+        s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7, 4, TC,
+    )
+    flex_tbs4_tiles(w, m, pivot, tie, seed, n_tile_cols, stride, stride, tr, pid1, TC)
+
+
+@triton.jit
+def flex_tbs4_tiles(
+    w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, tr, pid1, TC: tl.constexpr
+):
+    # the masks of one program's TC tiles: tile row tr, tile block pid1
     tc = pid1 * TC + tl.arange(0, TC)
     col = 4 * tc[:, None] + tl.arange(0, 4)[None, :]
     inb = (tc < n_tile_cols)[:, None]

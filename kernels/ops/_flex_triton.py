@@ -12,6 +12,12 @@ axis), so ranking within a group never leaves the thread; a tile larger than a g
 tile of 16 groups, a TBS tile of x*x) is spread over the threads of the block and reduced across
 them; a block holds many small tiles or a few large ones, never a fraction of one.
 
+Each family's body is a jit function over one program's tiles (``_tbs_tiles``, ``_groups_tiles``,
+``flex_tbs4_tiles``) run by two kernels: one weight on a 2-D grid (``_flex_*_kernel``, what
+``mask_launch`` binds: the same compiled code as before the split), and up to 8 weights in one
+1-D launch (``_flex_*_multi_kernel``, ``multi_mask_launches``; ``_multi_triton``), so a single
+weight's launch carries no slot arguments (30 more arguments cost eager callers host time a launch).
+
 - TBS(4,4): ``_flex_tbs4_triton.py`` (generated; exact selection for every n).
 - TBS(8,8), TBS(16,16): ``_flex_tbs_kernel``, the selection of ``kernels.ops.patterns.tbs_select_swaps``
   (the n best wrapped diagonals and anti-diagonals, each improved by SWEEPS sweeps of row-pair
@@ -26,7 +32,7 @@ import triton
 import triton.language as tl
 
 from kernels.ops._chain_triton import chain_prologue
-from kernels.ops._multi_triton import ALIGN, MULTI_SLOTS, SCALARS, aligned, multi_program, multi_scalars
+from kernels.ops._multi_triton import MULTI_SLOTS, SCALARS, aligned, multi_program, multi_scalars
 from kernels.ops.patterns import NM, SWEEPS, TBS, Pattern, Vegeta
 
 
@@ -147,72 +153,66 @@ def _swap_round(t, k, total, hh, r: tl.constexpr, X: tl.constexpr):
 
 @triton.jit(do_not_specialize=["seed"])
 def _flex_tbs_kernel(
-    w_ptr,
-    m_ptr,
-    pivot,
-    tie,
-    seed,
-    n_tile_cols,
-    stride_w,
-    stride_m,
-    x1,
-    x2,
-    x3,
-    x4,
-    x5,
-    x6,
-    x7,
-    s1,
-    s2,
-    s3,
-    s4,
-    s5,
-    s6,
-    s7,
-    c0,
-    c1,
-    c2,
-    c3,
-    c4,
-    c5,
-    c6,
-    c7,
-    o0,
-    o1,
-    o2,
-    o3,
-    o4,
-    o5,
-    o6,
-    o7,
-    X: tl.constexpr,
-    TC: tl.constexpr,
-    SWEEPS: tl.constexpr,
-    PIVOT_PTR: tl.constexpr = False,
-    MULTI: tl.constexpr = False,
-    PDL: tl.constexpr = False,
-):
-    """TBS(X) for X = 8, 16: count vs pivot, Philox draw of n per tile, then the selection of
-    ``kernels.ops.patterns.tbs_select_swaps`` (two permutation starts, SWEEPS sweeps of row-pair
-    swaps, the better start). A tile's X rows are X tensors of [TC, H] per column (H = X / 8
-    lanes hold 8 columns each), so a tile sits in H threads' registers, a row pair's work is
-    elementwise, and only the per-pair maxima cross lanes (for X = 16). ``MULTI``: one launch
-    over up to 8 weights (``_multi_triton``; x1..x7 and the slot scalars unused otherwise)."""
-    H: tl.constexpr = X // 8
+    w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m,
+    X: tl.constexpr, TC: tl.constexpr, SWEEPS: tl.constexpr, PIVOT_PTR: tl.constexpr = False,
+    PDL: tl.constexpr = 0,
+):  # fmt: skip
+    """TBS(X) for X = 8, 16 on one weight: program (tile row, block of TC tiles); ``_tbs_tiles``.
+    ``PIVOT_PTR``: ``pivot`` points at the device state (pivot, tie share), ``tie`` is unused;
+    ``PDL``: a chained launch (``_chain_triton``)."""
     chain_prologue(PDL)
-    if PIVOT_PTR:  # ``pivot`` points at the device state (pivot, tie share); ``tie`` is unused
+    if PIVOT_PTR:
         tie = tl.load(pivot + 1)
         pivot = tl.load(pivot)
-    if MULTI:
-        tr, pid1, w_ptr, m_ptr, n_tile_cols, stride_w = multi_program(
-            w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr,
-            s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7,
-            X, TC,
-        )  # fmt: skip
-        stride_m = stride_w
-    else:
-        tr = tl.program_id(0)
-        pid1 = tl.program_id(1)
+    _tbs_tiles(
+        w_ptr,
+        m_ptr,
+        pivot,
+        tie,
+        seed,
+        n_tile_cols,
+        stride_w,
+        stride_m,
+        tl.program_id(0),
+        tl.program_id(1),
+        X,
+        TC,
+        SWEEPS,
+    )
+
+
+@triton.jit(do_not_specialize=["seed"])
+def _flex_tbs_multi_kernel(
+    w_ptr, m_ptr, pivot, tie, seed,
+    x1, x2, x3, x4, x5, x6, x7,
+    s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7,
+    X: tl.constexpr, TC: tl.constexpr, SWEEPS: tl.constexpr, PIVOT_PTR: tl.constexpr = False,
+    PDL: tl.constexpr = 0,
+):  # fmt: skip
+    """``_flex_tbs_kernel`` over up to 8 weights in one 1-D launch (``_multi_triton``)."""
+    chain_prologue(PDL)
+    if PIVOT_PTR:
+        tie = tl.load(pivot + 1)
+        pivot = tl.load(pivot)
+    tr, pid1, w, m, n_tile_cols, stride = multi_program(
+        w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr,
+        s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7, X, TC,
+    )  # fmt: skip
+    _tbs_tiles(w, m, pivot, tie, seed, n_tile_cols, stride, stride, tr, pid1, X, TC, SWEEPS)
+
+
+@triton.jit
+def _tbs_tiles(
+    w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, tr, pid1,
+    X: tl.constexpr, TC: tl.constexpr, SWEEPS: tl.constexpr,
+):  # fmt: skip
+    """TBS(X) masks of one program's TC tiles (tile row ``tr``, tile block ``pid1``): count vs
+    pivot, Philox draw of n per tile, then the selection of ``kernels.ops.patterns.tbs_select_swaps``
+    (two permutation starts, SWEEPS sweeps of row-pair swaps, the better start). A tile's X rows
+    are X tensors of [TC, H] per column (H = X / 8 lanes hold 8 columns each), so a tile sits in H
+    threads' registers, a row pair's work is elementwise, and only the per-pair maxima cross lanes
+    (for X = 16)."""
+    H: tl.constexpr = X // 8
     tc = pid1 * TC + tl.arange(0, TC)
     hh = tl.arange(0, H)[None, :]
     row0 = (X * tr).to(tl.int64)
@@ -259,71 +259,47 @@ def _flex_tbs_kernel(
 
 @triton.jit(do_not_specialize=["seed"])
 def _flex_groups_kernel(
-    w_ptr,
-    m_ptr,
-    pivot,
-    tie,
-    seed,
-    n_tile_cols,
-    stride_w,
-    stride_m,
-    x1,
-    x2,
-    x3,
-    x4,
-    x5,
-    x6,
-    x7,
-    s1,
-    s2,
-    s3,
-    s4,
-    s5,
-    s6,
-    s7,
-    c0,
-    c1,
-    c2,
-    c3,
-    c4,
-    c5,
-    c6,
-    c7,
-    o0,
-    o1,
-    o2,
-    o3,
-    o4,
-    o5,
-    o6,
-    o7,
-    G: tl.constexpr,
-    M: tl.constexpr,
-    TT: tl.constexpr,
-    C1: tl.constexpr,
-    C2: tl.constexpr,
-    FIXED_N: tl.constexpr,
-    PIVOT_PTR: tl.constexpr = False,
-    MULTI: tl.constexpr = False,
-    PDL: tl.constexpr = False,
-):
-    # one row, TT tiles of G groups of M entries; configurations {0, C1, C2, M} or FIXED_N.
-    # One contiguous [TT, G, M] load and store; the rank of entry e inside its group is counted
-    # against the group's M entries along the last axis (held by one thread: no layout shuffles).
-    # MULTI: one launch over up to 8 weights (_multi_triton; x1..x7 and the slot scalars unused otherwise);
+    w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m,
+    G: tl.constexpr, M: tl.constexpr, TT: tl.constexpr, C1: tl.constexpr, C2: tl.constexpr,
+    FIXED_N: tl.constexpr, PIVOT_PTR: tl.constexpr = False, PDL: tl.constexpr = 0,
+):  # fmt: skip
+    # Vegeta and n:m on one weight: program (row, block of TT tiles); _groups_tiles.
     # PDL: a chained launch (_chain_triton)
     chain_prologue(PDL)
-    if MULTI:
-        r, pid1, w_ptr, m_ptr, n_tile_cols, stride_w = multi_program(
-            w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr,
-            s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7,
-            G * M, TT,
-        )  # fmt: skip
-        r = r.to(tl.int64)
-        stride_m = stride_w
-    else:
-        r = tl.program_id(0).to(tl.int64)
-        pid1 = tl.program_id(1)
+    _groups_tiles(
+        w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, tl.program_id(0).to(tl.int64),
+        tl.program_id(1), G, M, TT, C1, C2, FIXED_N, PIVOT_PTR,
+    )  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["seed"])
+def _flex_groups_multi_kernel(
+    w_ptr, m_ptr, pivot, tie, seed,
+    x1, x2, x3, x4, x5, x6, x7,
+    s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7,
+    G: tl.constexpr, M: tl.constexpr, TT: tl.constexpr, C1: tl.constexpr, C2: tl.constexpr,
+    FIXED_N: tl.constexpr, PIVOT_PTR: tl.constexpr = False, PDL: tl.constexpr = 0,
+):  # fmt: skip
+    # _flex_groups_kernel over up to 8 weights in one 1-D launch (_multi_triton)
+    chain_prologue(PDL)
+    r, pid1, w, m, n_tile_cols, stride = multi_program(
+        w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr,
+        s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7, G * M, TT,
+    )  # fmt: skip
+    _groups_tiles(
+        w, m, pivot, tie, seed, n_tile_cols, stride, stride, r.to(tl.int64), pid1, G, M, TT, C1, C2, FIXED_N, PIVOT_PTR
+    )
+
+
+@triton.jit
+def _groups_tiles(
+    w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, r, pid1,
+    G: tl.constexpr, M: tl.constexpr, TT: tl.constexpr, C1: tl.constexpr, C2: tl.constexpr,
+    FIXED_N: tl.constexpr, PIVOT_PTR: tl.constexpr,
+):  # fmt: skip
+    # one row r, TT tiles of G groups of M entries; configurations {0, C1, C2, M} or FIXED_N.
+    # One contiguous [TT, G, M] load and store; the rank of entry e inside its group is counted
+    # against the group's M entries along the last axis (held by one thread: no layout shuffles).
     t = pid1 * TT + tl.arange(0, TT)
     g = tl.arange(0, G)
     ev = tl.arange(0, M)
@@ -403,6 +379,18 @@ def _ordered(kernel: object, named: dict) -> tuple:
     return tuple(named[a] for a in kernel.arg_names)
 
 
+def _multi_kernel(kernel: object) -> object:
+    """The one-launch-over-several-weights twin of a weight's mask kernel."""
+    from kernels.ops._flex_tbs4_triton import flex_tbs4_kernel, flex_tbs4_multi_kernel
+
+    twins = {
+        _flex_tbs_kernel: _flex_tbs_multi_kernel,
+        _flex_groups_kernel: _flex_groups_multi_kernel,
+        flex_tbs4_kernel: flex_tbs4_multi_kernel,
+    }
+    return twins[kernel]
+
+
 def _mask_args(
     w: torch.Tensor, out: torch.Tensor, pattern: Pattern, pivot: float | torch.Tensor, seed: int, tie: float
 ) -> tuple[object, tuple[int, int], dict, int]:
@@ -415,8 +403,7 @@ def _mask_args(
     else:
         tie = 0.0
     named = dict(w_ptr=w, m_ptr=m8, pivot=pivot, tie=tie, seed=seed, stride_w=w.stride(0), stride_m=out.stride(0))
-    named.update({x: w for x in _SLOTS}, PIVOT_PTR=dev, MULTI=False, PDL=False)
-    named.update(zip(SCALARS, multi_scalars([0], [ALIGN], [0]), strict=True))  # unused
+    named.update(PIVOT_PTR=dev, PDL=0)
     if isinstance(pattern, TBS) and pattern.x == 4:
         from kernels.ops._flex_tbs4_triton import flex_tbs4_kernel
 
@@ -498,11 +485,12 @@ def multi_mask_launches(
             firsts.append(firsts[-1] + grid[0] * grid[1])
         cols = [m[0].shape[1] for m in members]
         scalars = multi_scalars(firsts[:-1], cols, [m[3] for m in members])
-        named = dict(members[0][2], m_ptr=base.view(torch.int8), MULTI=True)
+        named = dict(members[0][2], m_ptr=base.view(torch.int8))
         pad = [members[0][0]] * (MULTI_SLOTS - len(members))
         named.update(zip(_SLOTS, [m[0] for m in members[1:]] + pad, strict=True))
         named.update(zip(SCALARS, scalars, strict=True))
-        out.append((kernel, (firsts[-1],), _ordered(kernel, named), warps))
+        multi = _multi_kernel(kernel)
+        out.append((multi, (firsts[-1],), _ordered(multi, named), warps))
     return out
 
 

@@ -9,8 +9,10 @@ transposable search of ``_gen_transposable`` (19 column-count groups); n=1 is th
 (rows 0-1 take distinct columns a, b; rows 2-3 the best order of the remaining pair); n=3 keeps all
 but the *lightest* permutation; n=0 and n=4 are trivial. Candidates carry their 16-bit mask codes
 as constants, as in the 2:4 kernel. ``PIVOT_PTR`` (constexpr): pivot and tie share are loaded from
-a device tensor (``pivot`` is then its pointer), so a launch needs no host value. ``MULTI``
-(constexpr): one launch over up to 8 weights (``_multi_triton``); ``PDL``: a chained launch.
+a device tensor (``pivot`` is then its pointer), so a launch needs no host value. The body is
+``flex_tbs4_tiles`` (one program's tiles); ``flex_tbs4_kernel`` runs it on one weight (a 2-D grid),
+``flex_tbs4_multi_kernel`` on up to 8 weights in one 1-D launch (``_multi_triton``); ``PDL``: a
+chained launch (``_chain_triton``).
 """
 
 from __future__ import annotations
@@ -58,24 +60,41 @@ def render() -> str:
     w('@triton.jit(do_not_specialize=["seed"])')
     w("def flex_tbs4_kernel(")
     w("    w_ptr, m_ptr, pivot, tie, seed, n_tile_rows, n_tile_cols, stride_w, stride_m,")
-    w("    x1, x2, x3, x4, x5, x6, x7,")
-    w("    s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7,")
-    w("    TC: tl.constexpr, PIVOT_PTR: tl.constexpr = False, MULTI: tl.constexpr = False,")
-    w("    PDL: tl.constexpr = False,")
+    w("    TC: tl.constexpr, PIVOT_PTR: tl.constexpr = False, PDL: tl.constexpr = 0,")
     w("):")
     w("    chain_prologue(PDL)  # a chained launch (kernels/ops/_chain_triton.py)")
     w("    if PIVOT_PTR:  # pivot points at the device state (pivot, tie share); tie is unused")
     w("        tie = tl.load(pivot + 1)")
     w("        pivot = tl.load(pivot)")
-    w("    if MULTI:  # one launch over up to 8 weights (kernels/ops/_multi_triton.py)")
-    w("        tr, pid1, w_ptr, m_ptr, n_tile_cols, stride_w = multi_program(")
-    w("            w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr,")
-    w("            s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7, 4, TC,")
-    w("        )")
-    w("        stride_m = stride_w")
-    w("    else:")
-    w("        tr = tl.program_id(0)")
-    w("        pid1 = tl.program_id(1)")
+    w("    flex_tbs4_tiles(")
+    w("        w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, tl.program_id(0), tl.program_id(1), TC")
+    w("    )")
+    w("")
+    w("")
+    w('@triton.jit(do_not_specialize=["seed"])')
+    w("def flex_tbs4_multi_kernel(")
+    w("    w_ptr, m_ptr, pivot, tie, seed,")
+    w("    x1, x2, x3, x4, x5, x6, x7,")
+    w("    s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7,")
+    w("    TC: tl.constexpr, PIVOT_PTR: tl.constexpr = False, PDL: tl.constexpr = 0,")
+    w("):")
+    w("    # flex_tbs4_kernel over up to 8 weights in one 1-D launch (kernels/ops/_multi_triton.py)")
+    w("    chain_prologue(PDL)")
+    w("    if PIVOT_PTR:")
+    w("        tie = tl.load(pivot + 1)")
+    w("        pivot = tl.load(pivot)")
+    w("    tr, pid1, w, m, n_tile_cols, stride = multi_program(")
+    w("        w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr,")
+    w("        s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7, 4, TC,")
+    w("    )")
+    w("    flex_tbs4_tiles(w, m, pivot, tie, seed, n_tile_cols, stride, stride, tr, pid1, TC)")
+    w("")
+    w("")
+    w("@triton.jit")
+    w("def flex_tbs4_tiles(")
+    w("    w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, tr, pid1, TC: tl.constexpr")
+    w("):")
+    w("    # the masks of one program's TC tiles: tile row tr, tile block pid1")
     w("    tc = pid1 * TC + tl.arange(0, TC)")
     w("    col = 4 * tc[:, None] + tl.arange(0, 4)[None, :]")
     w("    inb = (tc < n_tile_cols)[:, None]")
