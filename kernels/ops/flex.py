@@ -317,8 +317,8 @@ class FlexMasker:
     values the window pivot, ``kernels.ops._pivot_triton.window_pivot_launches``), its select
     (pivot and tie share into ``state``) and the mask kernels (which read ``state``; below
     ``MULTI_MAX_VALUES`` one launch for up to 8 weights, the masks being views of one buffer)
-    run back to back with no host
-    round trip, so a call can be captured in a CUDA graph. ``pdl`` (default: below
+    run back to back with no host round trip, so a call can be captured in a CUDA graph. ``pdl``
+    (default: below
     ``MULTI_MAX_VALUES``, where the GPU and Triton allow it) chains the launches with
     programmatic dependent launch, so each launches while the one before it runs (same
     results). The weights are read through views taken here: update them in place (optimizers
