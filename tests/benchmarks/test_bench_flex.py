@@ -1,6 +1,8 @@
 """flex-SS mask generation (FAST), method ``fast`` with the pivot given: TBS(4,4), TBS(8,8),
 Vegeta(4) and 2:4 on a Llama-2 13B FFN weight 13824x5120 bf16 at density 0.5. Each mask is
-checked valid and equal (per-tile configuration) to the PyTorch reference before it is timed."""
+checked valid and equal (per-tile configuration) to the PyTorch reference before it is timed.
+And ``FlexMasker`` on a MAP-NEO 460M block (TBS(4,4), Vegeta(4), 2:4): the whole generation, pivot
+included, as figure3 times FAST."""
 
 from __future__ import annotations
 
@@ -38,3 +40,36 @@ def test_flex_mask_fast(benchmark, case, copy_gbps):
     del mask, ref
 
     run_benchmark(benchmark, fn, nbytes=w.numel() * (w.element_size() + 1), copy_gbps=copy_gbps)
+
+
+BLOCK_460M = [(1024, 1024)] * 4 + [(3072, 1024)] * 2 + [(1024, 3072)]  # MAP-NEO 460M's 7 linears
+BLOCK_TINY = [(32, 64)] * 4 + [(96, 64)] * 2 + [(32, 192)]  # same layout, tiles of every pattern fit
+MASKER_PATTERNS = {"TBS(4,4)": TBS(4), "Vegeta(4)": Vegeta(4), "2:4": NM(2, 4)}
+MASKER_CASES = [(f"map-neo-460m-block-bf16-{name}", (BLOCK_460M, name), (BLOCK_TINY, name)) for name in MASKER_PATTERNS]
+
+
+@pytest.mark.parametrize("case", paper_params(MASKER_CASES))
+def test_flex_masker_block(benchmark, case, copy_gbps):
+    """FAST's whole mask generation of one block as figure3 times it (``FlexMasker``: the window
+    pivot, one mask launch for the seven weights, launches chained where supported), CUDA-graph
+    captured. Each mask is checked equal to ``flex_mask`` with the masker's pivot first, and the
+    timed call's own masks after. GB/s counts the task's bytes as figure3 does (two reads of the
+    weights with a pivot, one for 2:4, one write of the masks)."""
+    from kernels.ops.flex import FlexMasker, needs_pivot
+
+    shapes, name = case
+    pattern = PATTERNS.get(name) or MASKER_PATTERNS[name]
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    ws = [(0.02 * torch.randn(o, i, device=DEVICE, generator=gen)).to(torch.bfloat16) for o, i in shapes]
+    masker = FlexMasker(ws, pattern, DENSITY, SEED)
+    fn = lambda: masker(check=False)  # noqa: E731
+
+    got = [m.clone() for m in masker()]
+    pivot, tie = masker.pivot_and_tie()
+    at = {"pivot": pivot, "tie": tie} if needs_pivot(pattern) else {}
+    want = [flex_mask(w, pattern, DENSITY, "fast", SEED, **at) for w in ws]
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), "masker differs from flex_mask"
+    same = lambda out: all(torch.equal(a, b) for a, b in zip(out, want, strict=True))  # noqa: E731
+    passes = 2 if needs_pivot(pattern) else 1
+    nbytes = sum(w.numel() * (passes * w.element_size() + 1) for w in ws)
+    run_benchmark(benchmark, fn, nbytes=nbytes, copy_gbps=copy_gbps, recheck=same)
