@@ -52,45 +52,25 @@ def weights(shapes, seed: int = 0) -> list[torch.Tensor]:
     return out
 
 
+def old_pivot(masker: FlexMasker) -> FlexMasker:
+    """Variant B: the pivot's launches as at eb275ff (selects launched apart, the fallback on 1024
+    programs); the masks as FlexMasker builds them (one launch below MULTI_MAX_VALUES)."""
+    if masker._needs_pivot:
+        flats = [w.view(-1).view(torch.int16) for w in masker.weights]
+        launches = pt.window_pivot_launches(
+            flats, masker.counts, masker.state, masker.k, masker.dtype, fallback_programs=1024, fuse_select=False
+        )
+        masker._pivot_launches = [common.Launch(*x) for x in launches]
+    return masker
+
+
 def before(masker: FlexMasker) -> FlexMasker:
     """Variant A: the launches as they were at eb275ff (no PDL, selects and masks launched apart)."""
-    flats = [w.view(-1).view(torch.int16) for w in masker.weights]
-    if masker._needs_pivot:
-        masker._pivot_launches = [
-            common.Launch(*x)
-            for x in pt.window_pivot_launches(
-                flats,
-                masker.counts,
-                masker.state,
-                masker.k,
-                masker.dtype,
-                fallback_programs=1024,
-                fuse_select=False,
-            )
-        ]
+    old_pivot(masker)
     masker._mask_launches = [
         common.Launch(*mask_launch(w, m, masker.pattern, masker.state, masker.seed))
         for w, m in zip(masker.weights, masker.masks, strict=True)
     ]
-    return masker
-
-
-def multi_only(masker: FlexMasker) -> FlexMasker:
-    """Variant B: A's pivot, C's one mask launch (below MULTI_MAX_VALUES; else A's mask launches)."""
-    if masker._needs_pivot:
-        flats = [w.view(-1).view(torch.int16) for w in masker.weights]
-        masker._pivot_launches = [
-            common.Launch(*x)
-            for x in pt.window_pivot_launches(
-                flats,
-                masker.counts,
-                masker.state,
-                masker.k,
-                masker.dtype,
-                fallback_programs=1024,
-                fuse_select=False,
-            )
-        ]
     return masker
 
 
@@ -126,7 +106,7 @@ def main() -> None:
             nbytes = task_bytes(ws, pattern)
             variants = {
                 "A before (eb275ff)": before(FlexMasker(ws, pattern, DENSITY, SEED, pdl=False)),
-                "B one mask launch": multi_only(FlexMasker(ws, pattern, DENSITY, SEED, pdl=False)),
+                "B one mask launch": old_pivot(FlexMasker(ws, pattern, DENSITY, SEED, pdl=False)),
                 "C B + selects folded": FlexMasker(ws, pattern, DENSITY, SEED, pdl=False),
                 "D C + PDL": FlexMasker(ws, pattern, DENSITY, SEED, pdl=True),
             }
