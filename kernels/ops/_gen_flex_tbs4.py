@@ -7,7 +7,8 @@ u = Philox(seed, tile), pick n = floor(c/4) + [u * 4 < c - 4 floor(c/4)] (config
 unit 4), then keep the best layout with n per row and column. Exact for every n: n=2 is the
 transposable search of ``_gen_transposable`` (19 column-count groups); n=1 is the best permutation
 (rows 0-1 take distinct columns a, b; rows 2-3 the best order of the remaining pair); n=3 keeps all
-but the *lightest* permutation; n=0 and n=4 are trivial. Candidates carry their 16-bit mask codes
+but the *lightest* permutation, found by the same search on -|w| (one search for both); n=0 and n=4
+are trivial. Candidates carry their 16-bit mask codes
 as constants, as in the 2:4 kernel. ``PIVOT_PTR`` (constexpr): pivot and tie share are loaded from
 a device tensor (``pivot`` is then its pointer), so a launch needs no host value. The body is
 ``flex_tbs4_tiles`` (one program's tiles); ``flex_tbs4_kernel`` runs it on one weight (a 2-D grid),
@@ -25,12 +26,13 @@ from kernels.ops._gen_transposable import PAIRS, emit_running_best, emit_search
 TARGET = Path(__file__).with_name("_flex_tbs4_triton.py")
 
 
-def _perm_lines(w, tag: str, better: str) -> None:
-    """Emit the best (better='>') or lightest (better='<') permutation: s{tag}, c{tag}."""
+def _perm_lines(w, tag: str, better: str, src: str = "x") -> None:
+    """Emit the best (better='>') or lightest (better='<') permutation of the values
+    ``{src}{row}{col}``: s{tag}, c{tag}."""
     # rows 2-3 take the pair left by rows 0-1, in the better of its two orders
     for pi, (c, d) in enumerate(PAIRS):
-        w(f"    t = x2{c} + x3{d}")
-        w(f"    q = x2{d} + x3{c}")
+        w(f"    t = {src}2{c} + {src}3{d}")
+        w(f"    q = {src}2{d} + {src}3{c}")
         w(f"    u = q {better} t")
         w(f"    b{tag}{pi} = tl.where(u, q, t)")
         w(f"    k{tag}{pi} = tl.where(u, {(1 << (8 + d)) | (1 << (12 + c))}, {(1 << (8 + c)) | (1 << (12 + d))})")
@@ -38,7 +40,7 @@ def _perm_lines(w, tag: str, better: str) -> None:
         pi = PAIRS.index(tuple(sorted(set(range(4)) - {a, b})))
         code = (1 << a) | (1 << (4 + b))
         emit_running_best(
-            w, f"s{tag}", f"c{tag}", f"x0{a} + x1{b} + b{tag}{pi}", f"k{tag}{pi} | {code}", i == 0, better
+            w, f"s{tag}", f"c{tag}", f"{src}0{a} + {src}1{b} + b{tag}{pi}", f"k{tag}{pi} | {code}", i == 0, better
         )
 
 
@@ -119,9 +121,14 @@ def render() -> str:
     w("    u = tl.rand(seed, tile)")
     w("    n = (lo + ((u * 4.0) < (c - 4.0 * lo)).to(tl.float32)).to(tl.int32)")
     emit_search(w, "s2", "c2")  # n = 2: the transposable search
-    _perm_lines(w, "1", ">")
-    _perm_lines(w, "3", "<")
-    w("    code = tl.where(n == 1, c1, tl.where(n == 2, c2, tl.where(n == 3, 65535 ^ c3, 0)))")
+    # n = 1 and n = 3 share one permutation search: the lightest permutation of |w| is the best
+    # of -|w| (negation is exact, so every comparison, ties included, decides as on |w|)
+    w("    neg = n == 3")
+    for r in range(4):
+        for c in range(4):
+            w(f"    y{r}{c} = tl.where(neg, -x{r}{c}, x{r}{c})")
+    _perm_lines(w, "1", ">", src="y")
+    w("    code = tl.where(n == 1, c1, tl.where(n == 2, c2, tl.where(n == 3, 65535 ^ c1, 0)))")
     w("    code = tl.where(n == 4, 65535, code).to(tl.int32)")
     w("    mrow0 = (4 * tr).to(tl.int64)")
     for r in range(4):

@@ -70,14 +70,17 @@ def _hist16_kernel(
     s1, s2, s3, s4, s5, s6, s7,
     hist_ptr, k, iters, flag_ptr, state_ptr, ticket_ptr,
     PASS: tl.constexpr, BLOCK: tl.constexpr, SAMPLE: tl.constexpr, GUARDED: tl.constexpr,
-    SELECT: tl.constexpr = False, IS_BF16: tl.constexpr = True, PDL: tl.constexpr = False,
+    SELECT: tl.constexpr = False, IS_BF16: tl.constexpr = True, W: tl.constexpr = 8, PDL: tl.constexpr = False,
 ):  # fmt: skip
     # up to 8 tensors read in place (no concatenation copy): xi holds ni values, its blocks start
     # at global block si (s0 = 0; an unused slot has n = 0 and a start past every block).
     # SAMPLE > 1 reads 1/SAMPLE of the values (the window pivot's sample); GUARDED runs only when
     # the window pivot missed (flag_ptr holds 1), else reads nothing and adds nothing. SELECT
     # (pass 2): the last program to finish (a ticket at ticket_ptr) selects as _select16_kernel
-    # with CLEAR, so the select needs no launch of its own. PDL: a chained launch (_chain_triton).
+    # with CLEAR, so the select needs no launch of its own. SELECT == 2 (the window pivot's sample,
+    # pass 2): the last program writes the lowest key of the W-key window around the sample's
+    # rank k (int64, at state_ptr) and zeroes the bins, so the counting pass reads one value.
+    # PDL: a chained launch (_chain_triton).
     chain_prologue(PDL)
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
@@ -124,10 +127,17 @@ def _hist16_kernel(
         tl.atomic_add(hist_ptr + ar2, acc.to(tl.int64), mask=live)
     else:
         tl.atomic_add(hist_ptr + 256 + ar2, acc.to(tl.int64), mask=live)
-    if SELECT:  # noqa: SIM102 (a constexpr branch; the inner ones are runtime branches)
+    if SELECT == 1:  # noqa: SIM102 (a constexpr branch; the inner ones are runtime branches)
         if run != 0:  # noqa: SIM102
             if _last_program(ticket_ptr, nprog):
                 _select16(hist_ptr, state_ptr, k, IS_BF16, True, True)
+    if SELECT == 2:  # noqa: SIM102
+        if _last_program(ticket_ptr, nprog):
+            lo = _window_lo(hist_ptr, k, W, True)
+            tl.debug_barrier()  # every thread has read the bins before any is zeroed
+            tl.store(hist_ptr + ar, tl.zeros([256], dtype=tl.int64))
+            tl.store(hist_ptr + 256 + tl.arange(0, 128), tl.zeros([128], dtype=tl.int64))
+            tl.store(state_ptr, lo.to(tl.int64))
 
 
 MAX_TENSORS = 8  # tensors per histogram launch
@@ -166,20 +176,29 @@ def hist16_launch(
     flag: torch.Tensor | None = None,
     programs: int | None = None,
     select: tuple[torch.Tensor, torch.Tensor, torch.dtype] | None = None,
+    window_lo: tuple[torch.Tensor, torch.Tensor, int] | None = None,
 ) -> tuple:
     """(kernel, grid, every argument in signature order, warps) of one histogram pass over up to
     ``MAX_TENSORS`` flat int16 views, read in place: every value, or with ``sample`` > 1 one 16-value
     sector in every ``sample``; with ``flag`` (int64 [1]) the pass runs only where it holds 1.
     ``select`` = (state, ticket, dtype) (pass 2 only): its last program selects into ``state``
-    as ``select16(hist, state, k, dtype, clear=True)`` (``ticket``: an int64 [1] of zero)."""
+    as ``select16(hist, state, k, dtype, clear=True)`` (``ticket``: an int64 [1] of zero).
+    ``window_lo`` = (lo, ticket, W) (pass 2 only): its last program writes into ``lo`` (int64 [1])
+    the lowest key of the W-key window around rank k, and zeroes the bins."""
     if sample not in SAMPLES:
         raise ValueError(f"sample must be one of {SAMPLES}, got {sample!r}")
-    if select is not None and pass_ != 2:
+    if (select is not None or window_lo is not None) and pass_ != 2:
         raise ValueError("only the second pass can select")
+    if select is not None and window_lo is not None:
+        raise ValueError("a pass selects the pivot or the window, not both")
     slots, programs, iters = tensor_slots(flats16, programs=programs, block=BLOCK * sample)
     guard = hist if flag is None else flag
     state, ticket, dtype = select if select is not None else (hist, hist, torch.bfloat16)
-    consts = (pass_, BLOCK, sample, flag is not None, select is not None, dtype == torch.bfloat16, False)  # PDL off
+    mode, w = (1 if select is not None else 0), WINDOW
+    if window_lo is not None:
+        state, ticket, w = window_lo
+        mode = 2
+    consts = (pass_, BLOCK, sample, flag is not None, mode, dtype == torch.bfloat16, w, False)  # PDL off
     return _hist16_kernel, (programs,), (*slots, hist, k, iters, guard, state, ticket, *consts), 8
 
 
@@ -309,13 +328,14 @@ def select16(counts: torch.Tensor, state: torch.Tensor, k: int, dtype: torch.dty
 # 77 + 67 us on a MAP-NEO 460M block where a pass that only counts takes 14-21 us;
 # results/tuning/h100_probe_hist16.txt, h100_probe_hist_mma.txt). Weights are many and smooth, so
 # the k-th largest key of a 1/32 sample (one 16-value sector in every 32, the same two passes on
-# it) lies within a key or two of the exact one. One counting pass then counts, exactly and with
-# no atomics per value, the values above an 8-key window around it (``WINDOW``; 16 possible) and
-# the values of each key in it (8-bit counters packed eight to an int64: one shift, one select,
-# one add a value). Where rank k falls in the window (the select kernel checks it) that gives the
-# exact pivot, #(above), #(equal) and the non-finite count; where it does not (a sample far off,
-# k == 0), a flag runs the two exact passes and ``_select16_kernel``, which otherwise launch and
-# read nothing. Either way the result is bit for bit the two-pass select's; the launches are the
+# it) lies within a key or two of the exact one; the sample's last program writes the window's
+# lowest key. One counting pass then counts, exactly and with no atomics per value, the values
+# above an 8-key window around it (``WINDOW``; 16 possible) and the values of each key in it
+# (``_window_pairs_kernel``: two values a word, packed counters; ``_window_kernel`` for odd
+# sizes). Where rank k falls in the window and no value is non-finite (the select kernel checks
+# it) that gives the exact pivot, #(above), #(equal); where it does not (a sample far off,
+# k == 0, a NaN), a flag runs the two exact passes and ``_select16_kernel``, which otherwise
+# launch and read nothing. Either way the result is bit for bit the two-pass select's; the launches are the
 # same every call (a CUDA graph captures them). H100 numbers: docs/methods.md, "The window pivot".
 
 WINDOW = 8  # keys counted one by one around the sample's pivot (8 or 16)
@@ -324,18 +344,20 @@ WINDOW_MIN_VALUES = 1 << 20  # below this the two passes are cheap enough: no wi
 SAMPLE_AT = COUNTS_LEN  # the sample's 384 bins, after the two-pass counts
 WIN_AT = SAMPLE_AT + HIST_LEN  # WINDOW counts, #(above the window), #(non-finite), the miss flag
 FLAG_AT = WIN_AT + 18  # after up to 16 window counts, #(above the window), #(non-finite)
-TICKETS_AT = FLAG_AT + 1  # the counting pass's ticket, then the guarded second pass's
-WINDOW_COUNTS_LEN = TICKETS_AT + 2
+TICKETS_AT = FLAG_AT + 1  # tickets: the counting pass's, the guarded second pass's, the sample's
+LO_AT = TICKETS_AT + 3  # the window's lowest key (written by the sample's second pass)
+WINDOW_COUNTS_LEN = LO_AT + 1
 _MAX_WINDOW_ITERS = 255  # blocks a window program reads: its 8-bit counters never carry
+_MAX_PAIR_ITERS = 126  # blocks a pair-counting program reads: 18 flushes of 7 (8-bit fields)
 WINDOW_SAMPLE_PROGRAMS = 1024  # grid of the sample's passes (at most; one block of theirs spans 32)
 WINDOW_COUNT_WARPS = 4
 WINDOW_FALLBACK_PROGRAMS = 1024  # grid of the guarded exact passes (idle unless the window missed)
 
 
 @triton.jit
-def _window_lo(sample_ptr, ks, WINDOW: tl.constexpr):
+def _window_lo(sample_ptr, ks, WINDOW: tl.constexpr, VOLATILE: tl.constexpr = False):
     # the lowest key of the window: the sample's ks-th largest key near the window's middle
-    bits, gt, eq = _rank_in_hist(sample_ptr, ks)
+    bits, gt, eq = _rank_in_hist(sample_ptr, ks, VOLATILE)
     return tl.minimum(tl.maximum(bits - (WINDOW // 2 - 1), 0), 0x8000 - WINDOW)
 
 
@@ -344,20 +366,20 @@ def _window_kernel(
     x0, x1, x2, x3, x4, x5, x6, x7,
     n0, n1, n2, n3, n4, n5, n6, n7,
     s1, s2, s3, s4, s5, s6, s7,
-    sample_ptr, win_ptr, ks, iters, hist_ptr, state_ptr, k,
+    lo_ptr, win_ptr, iters, hist_ptr, state_ptr, k,
     INF_KEY: tl.constexpr, BLOCK: tl.constexpr, W: tl.constexpr,
     SELECT: tl.constexpr = False, IS_BF16: tl.constexpr = True, PDL: tl.constexpr = False,
 ):  # fmt: skip
-    # per program: counts of keys lo .. lo + W - 1 (W = 8 or 16: one or two int64 accumulators of
-    # eight 8-bit counters a lane; a lane sees at most iters <= 255 values), #(key > lo + W - 1)
-    # at win_ptr + 16, #(key >= INF_KEY) at win_ptr + 17. (Four counters to an int32, tried, ran
-    # 24-52% slower on the H100: results/tuning/h100_probe_masker_launches_pack32.txt.) SELECT:
-    # the last program to finish (the ticket at win_ptr + 19) runs _select_window, so the select
-    # needs no launch of its own (off by default: it slowed this pass, same record).
+    # per program: counts of keys lo .. lo + W - 1 (lo at lo_ptr; W = 8 or 16: one or two int64
+    # accumulators of eight 8-bit counters a lane; a lane sees at most iters <= 255 values),
+    # #(key > lo + W - 1) at win_ptr + 16, #(key >= INF_KEY) at win_ptr + 17. Any tensor sizes and
+    # alignments (_window_pairs_kernel is the fast one, for even sizes). SELECT: the last program
+    # to finish (the ticket at win_ptr + 19) runs _select_window, so the select needs no launch of
+    # its own (off by default: it slowed this pass, results/tuning/h100_probe_masker_launches.txt).
     chain_prologue(PDL)
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
-    lo = _window_lo(sample_ptr, ks, W)
+    lo = tl.load(lo_ptr).to(tl.int32)
     acc_a = tl.zeros([BLOCK], dtype=tl.int64)  # keys lo .. lo + 7
     acc_b = tl.zeros([BLOCK], dtype=tl.int64)  # keys lo + 8 .. lo + 15 (W == 16)
     above = tl.zeros([BLOCK], dtype=tl.int32)
@@ -388,38 +410,103 @@ def _window_kernel(
     tl.atomic_add(win_ptr + 17, tl.sum(nonfinite, 0).to(tl.int64))
     if SELECT:  # noqa: SIM102 (a constexpr branch; the inner one is a runtime branch)
         if _last_program(win_ptr + 19, nprog):
-            _select_window(sample_ptr, win_ptr, hist_ptr, state_ptr, k, ks, IS_BF16, W, True)
+            _select_window(lo_ptr, win_ptr, hist_ptr, state_ptr, k, IS_BF16, W, True)
+
+
+@triton.jit
+def _window_pairs_kernel(
+    x0, x1, x2, x3, x4, x5, x6, x7,
+    n0, n1, n2, n3, n4, n5, n6, n7,
+    s1, s2, s3, s4, s5, s6, s7,
+    lo_ptr, win_ptr, iters,
+    INF_KEY: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False,
+):  # fmt: skip
+    # _window_kernel's counts for an 8-key window over int32 words of two 16-bit values each
+    # (xi: ni words), with SWAR arithmetic on both halves of a word at once (about 9 integer
+    # instructions a value against 20): per half u = (key + 0x8000 - lo) ^ 0x8000 is key - lo
+    # where key >= lo (no carry between halves) and >= 0x8000 below the window, so
+    #   below the window:  bit 15 of u (counted per half, both halves in one add);
+    #   in the window:     u < 8, counted in 4-bit fields of an int32 (bin u: bits 4u..4u+3),
+    #                      flushed every 7 blocks (a field gets at most 2 a block) into 8-bit
+    #                      fields of two int32 (even bins, odd bins; at most 126 blocks a program);
+    #   above the window:  what is neither (the program's values minus both);
+    #   non-finite:        bit 15 of key + 0x8000 - INF_KEY, OR-ed: win_ptr + 17 holds the
+    #                      number of programs that saw one, which the select takes as a miss
+    #                      (the exact passes then count them).
+    # Padding lanes read 0 (key 0): below the window, or in its bin 0 where lo == 0 (taken out).
+    chain_prologue(PDL)
+    pid = tl.program_id(0).to(tl.int64)
+    nprog = tl.num_programs(0).to(tl.int64)
+    lo = tl.load(lo_ptr).to(tl.int32)
+    add_b = (0x8000 - lo) * 0x10001  # both halves: key + 0x8000 - lo (at most 0xFFFF: no carry)
+    add_nf: tl.constexpr = (0x8000 - INF_KEY) * 0x10001
+    acc_even = tl.zeros([BLOCK], dtype=tl.int32)  # bins 0, 2, 4, 6 in bytes 0..3
+    acc_odd = tl.zeros([BLOCK], dtype=tl.int32)  # bins 1, 3, 5, 7
+    below = tl.zeros([BLOCK], dtype=tl.int32)  # halves counted in bits 0..15 and 16..31
+    nf = tl.zeros([BLOCK], dtype=tl.int32)
+    pad = tl.zeros([], dtype=tl.int64)  # padding words read
+    r = tl.arange(0, BLOCK)
+    for c in range(0, iters, 7):  # 7 blocks, then a flush of the 4-bit fields
+        acc4 = tl.zeros([BLOCK], dtype=tl.int32)
+        for i in range(c, tl.minimum(c + 7, iters)):
+            g = i * nprog + pid  # global block
+            x, n, start = _slot(
+                g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
+            )
+            offs = (g - start) * BLOCK + r
+            pad += tl.minimum(tl.maximum((g - start + 1) * BLOCK - n, 0), BLOCK)
+            v = tl.load(x + offs, mask=offs < n, other=0) & 0x7FFF7FFF
+            nf |= v + add_nf
+            u = (v + add_b) ^ -0x7FFF8000  # 0x80008000 as an int32
+            below += (u >> 15) & 0x10001
+            in_lo = (u & 0xFFF8) == 0
+            in_hi = (u & -0x80000) == 0  # 0xFFF80000
+            acc4 += tl.where(in_lo, 1 << ((u & 7) * 4), 0) + tl.where(in_hi, 1 << ((u >> 14) & 28), 0)
+        acc_even += acc4 & 0x0F0F0F0F
+        acc_odd += (acc4 >> 4) & 0x0F0F0F0F
+    ar = tl.arange(0, 8)
+    win = tl.zeros([8], dtype=tl.int64)
+    for f in tl.static_range(4):
+        win += tl.where(ar == 2 * f, tl.sum((acc_even >> (8 * f)) & 0xFF, 0), 0)
+        win += tl.where(ar == 2 * f + 1, tl.sum((acc_odd >> (8 * f)) & 0xFF, 0), 0)
+    halves = 2 * iters * BLOCK  # values read, padding included
+    n_below = tl.sum(below & 0xFFFF, 0).to(tl.int64) + tl.sum((below >> 16) & 0xFFFF, 0)
+    win -= tl.where((ar == 0) & (lo == 0), 2 * pad, 0)  # padding read as key 0, in bin 0
+    n_above = halves - n_below - tl.sum(win, 0) - tl.where(lo == 0, 2 * pad, 0)  # padding is never above
+    tl.atomic_add(win_ptr + ar, win)
+    tl.atomic_add(win_ptr + 16, n_above)
+    nonfinite = tl.max((((nf >> 15) & 0x10001) != 0).to(tl.int32), 0).to(tl.int64)
+    tl.atomic_add(win_ptr + 17, nonfinite)
 
 
 @triton.jit
 def _select_window_kernel(
-    sample_ptr, win_ptr, hist_ptr, state_ptr, k, ks, IS_BF16: tl.constexpr, W: tl.constexpr, PDL: tl.constexpr = False
+    lo_ptr, win_ptr, hist_ptr, state_ptr, k, IS_BF16: tl.constexpr, W: tl.constexpr, PDL: tl.constexpr = False
 ):
     # one program: _select_window (the counting pass's launch without SELECT)
     chain_prologue(PDL)
-    _select_window(sample_ptr, win_ptr, hist_ptr, state_ptr, k, ks, IS_BF16, W, False)
+    _select_window(lo_ptr, win_ptr, hist_ptr, state_ptr, k, IS_BF16, W, False)
 
 
 @triton.jit
 def _select_window(
-    sample_ptr, win_ptr, hist_ptr, state_ptr, k, ks, IS_BF16: tl.constexpr, W: tl.constexpr, VOLATILE: tl.constexpr
+    lo_ptr, win_ptr, hist_ptr, state_ptr, k, IS_BF16: tl.constexpr, W: tl.constexpr, VOLATILE: tl.constexpr
 ):
-    # rank k inside the window gives pivot, share and counts (as _select16_kernel); else the miss
-    # flag (win_ptr + 18) runs the guarded two-pass fallback. Clears its bins.
-    lo = _window_lo(sample_ptr, ks, W)
+    # rank k inside the window (and no non-finite value) gives pivot, share and counts (as
+    # _select16_kernel); else the miss flag (win_ptr + 18) runs the guarded two-pass fallback,
+    # which counts exactly. Clears the window's bins.
+    lo = tl.load(lo_ptr).to(tl.int32)
     ar = tl.arange(0, W)
     rev = tl.load(win_ptr + W - 1 - ar, volatile=VOLATILE)  # from the top key down
     above = tl.load(win_ptr + 16, volatile=VOLATILE)
     nonfinite = tl.load(win_ptr + 17, volatile=VOLATILE)
     cum = above + tl.cumsum(rev, 0)
     i = tl.min(tl.where(cum >= k, ar, W), 0)
-    hit = (above < k) & (i < W)
+    hit = (above < k) & (i < W) & (nonfinite == 0)
     gt = above + tl.sum(tl.where(ar < i, rev, 0), 0)
     eq = tl.sum(tl.where(ar == i, rev, 0), 0)
     pivot, share = _pivot_and_share(lo + W - 1 - i, gt, eq, k, IS_BF16)
     tl.debug_barrier()  # every thread has read the bins before any is zeroed
-    ar2 = tl.arange(0, 512)
-    tl.store(sample_ptr + ar2, tl.zeros([512], dtype=tl.int64), mask=ar2 < 384)
     tl.store(win_ptr + tl.arange(0, 32), tl.zeros([32], dtype=tl.int64), mask=tl.arange(0, 32) < 18)
     tl.store(win_ptr + 18, 1 - hit.to(tl.int64))
     if hit:
@@ -445,6 +532,11 @@ def _sampled_values(n: int, sample: int) -> int:
     return (n // span) * BLOCK + sum(1 for o in inner if o < n % span)
 
 
+def _pairable(flat: torch.Tensor) -> bool:
+    """Whether a flat int16 view reads as whole int32 words (the pair-counting pass)."""
+    return flat.numel() % 2 == 0 and flat.data_ptr() % 4 == 0
+
+
 def window_pivot_launches(
     flats16: list[torch.Tensor],
     counts: torch.Tensor,
@@ -458,6 +550,7 @@ def window_pivot_launches(
     window: int = WINDOW,
     fuse_select: bool = True,
     fuse_window_select: bool = False,
+    pairs_count: bool = True,
 ) -> list[tuple]:
     """(kernel, grid, arguments, warps) of every launch of the window pivot over the flat int16 views
     ``flats16`` (any number, read in place): the sample's two passes, the counting pass and its
@@ -466,7 +559,10 @@ def window_pivot_launches(
     pass (a ticket), not as a launch of its own; ``fuse_window_select`` (off: it slowed the
     counting pass, results/tuning/h100_probe_masker_launches.txt) does the same for the window's
     select. Both need the tensors in one launch (at most ``MAX_TENSORS``; more: separate selects).
-    ``counts``: int64 [WINDOW_COUNTS_LEN] of zeros (left zeroed but for NONFINITE, GT, EQ);
+    ``pairs_count``: count with ``_window_pairs_kernel`` (two values a word) where every tensor has
+    an even size and a 4-byte aligned start and the window has 8 keys; else ``_window_kernel``.
+    ``counts``: int64 [WINDOW_COUNTS_LEN] of zeros (left zeroed but for NONFINITE, GT, EQ and the
+    window's lowest key at LO_AT);
     ``state``: float32 [2] <- (pivot, tie share). Same results as the two passes and ``select16``.
     The grid sizes and warps are tuned on the H100 (scripts/probes/gpu_probe_window_pivot.py);
     ``count_programs`` and ``fallback_programs`` default to two programs per SM."""
@@ -490,18 +586,26 @@ def window_pivot_launches(
     grid = count_programs or _count_programs(flats[0].device)
     fallback = fallback_programs or _count_programs(flats[0].device)
     sample, win, flag = counts[SAMPLE_AT:WIN_AT], counts[WIN_AT:FLAG_AT], counts[FLAG_AT:]
-    ticket = counts[TICKETS_AT + 1 :]
+    ticket, sample_ticket, lo = counts[TICKETS_AT + 1 :], counts[TICKETS_AT + 2 :], counts[LO_AT:]
     is_bf16 = dtype == torch.bfloat16
     inf_key = 0x7F80 if is_bf16 else 0x7C00
-    out = [hist16_launch(g, sample, ks, p, WINDOW_SAMPLE, programs=sample_programs) for p in (1, 2) for g in groups]
+    out = [hist16_launch(g, sample, ks, 1, WINDOW_SAMPLE, programs=sample_programs) for g in groups]
+    for i, g in enumerate(groups):  # the last group's last program writes the window's lowest key
+        place = (lo, sample_ticket, window) if i == len(groups) - 1 else None
+        out.append(hist16_launch(g, sample, ks, 2, WINDOW_SAMPLE, programs=sample_programs, window_lo=place))
+    pairs = pairs_count and window == 8 and not fuse_window and all(_pairable(f) for f in flats)
     for g in groups:
+        if pairs:
+            words = [f.view(torch.int32) for f in g]
+            slots, programs, iters = tensor_slots(words, max_iters=_MAX_PAIR_ITERS, programs=grid, block=BLOCK // 2)
+            args = (*slots, lo, win, iters, inf_key, BLOCK // 2, False)  # PDL off
+            out.append((_window_pairs_kernel, (programs,), args, count_warps))
+            continue
         slots, programs, iters = tensor_slots(g, max_iters=_MAX_WINDOW_ITERS, programs=grid)
         consts = (inf_key, BLOCK, window, fuse_window, is_bf16, False)  # PDL off
-        out.append(
-            (_window_kernel, (programs,), (*slots, sample, win, ks, iters, counts, state, k, *consts), count_warps)
-        )
+        out.append((_window_kernel, (programs,), (*slots, lo, win, iters, counts, state, k, *consts), count_warps))
     if not fuse_window:
-        out.append((_select_window_kernel, (1,), (sample, win, counts, state, k, ks, is_bf16, window, False), 4))
+        out.append((_select_window_kernel, (1,), (lo, win, counts, state, k, is_bf16, window, False), 4))
     for p in (1, 2):
         sel = (state, ticket, dtype) if p == 2 and fuse else None
         out += [hist16_launch(g, counts, k, p, flag=flag, programs=fallback, select=sel) for g in groups]
@@ -516,6 +620,8 @@ def window_pivot(
     window: int = WINDOW,
     fuse_select: bool = True,
     fuse_window_select: bool = False,
+    pairs_count: bool = True,
+    count_programs: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The window pivot of the k-th largest |w| over 16-bit ``tensors``: (state [pivot, tie share],
     counts [WINDOW_COUNTS_LEN]); a test and benchmark entry point (``FlexMasker`` keeps the launches)."""
@@ -525,7 +631,7 @@ def window_pivot(
     flats = [t.reshape(-1).view(torch.int16) for t in tensors]
     launches = window_pivot_launches(
         flats, counts, state, k, tensors[0].dtype, window=window, fuse_select=fuse_select,
-        fuse_window_select=fuse_window_select,
+        fuse_window_select=fuse_window_select, pairs_count=pairs_count, count_programs=count_programs,
     )  # fmt: skip
     for kernel, grid, args, warps in launches:
         kernel[grid](*args, num_warps=warps)

@@ -24,15 +24,20 @@ def _two_pass(ts: list[torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tenso
     return state, counts
 
 
-def _check_equal(ts: list[torch.Tensor], k: int, window: int = pt.WINDOW, fuse: bool = True) -> int:
+def _check_equal(
+    ts: list[torch.Tensor], k: int, window: int = pt.WINDOW, fuse: bool = True, pairs: bool = True, programs=None
+) -> int:
     """Window pivot == two passes (state bit for bit, the three counts); bins and tickets cleared;
-    the miss flag. ``fuse``: both selects in the passes' last programs (else both launched)."""
-    state, counts = pt.window_pivot(ts, k, window, fuse_select=fuse, fuse_window_select=fuse)
+    the miss flag. ``fuse``: both selects in the passes' last programs (else both launched; only
+    then, with an 8-key window, even sizes and ``pairs``, the pair-counting pass runs)."""
+    state, counts = pt.window_pivot(
+        ts, k, window, fuse_select=fuse, fuse_window_select=fuse, pairs_count=pairs, count_programs=programs
+    )
     want_state, want_counts = _two_pass(ts, k)
     assert torch.equal(state.view(torch.int32), want_state.view(torch.int32)), (k, state, want_state)
     assert counts[pt.NONFINITE : pt.COUNTS_LEN].tolist() == want_counts[pt.NONFINITE :].tolist()
     assert not counts[: pt.HIST_LEN].any() and not counts[pt.SAMPLE_AT : pt.FLAG_AT].any(), "bins not cleared"
-    assert not counts[pt.TICKETS_AT :].any(), "tickets not put back"
+    assert not counts[pt.TICKETS_AT : pt.LO_AT].any(), "tickets not put back"
     return int(counts[pt.FLAG_AT])
 
 
@@ -47,15 +52,17 @@ def _weights(shapes: list[tuple[int, int]], dtype: torch.dtype, seed: int, rows:
     return out
 
 
-@pytest.mark.parametrize("window", [8, 16])
+@pytest.mark.parametrize(
+    ("window", "fuse"), [(8, False), (8, True), (16, True)], ids=["8-pairs", "8-fused", "16-fused"]
+)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rows", [False, True], ids=["normal", "rows"])
-def test_window_hits_and_equals_two_passes(dtype, rows, window):
+def test_window_hits_and_equals_two_passes(dtype, rows, window, fuse):
     shapes = [(256, 256), (256, 384), (384, 256), (100, 7)]  # ragged ends, several tensors a launch
     for seed, density in ((0, 0.5), (1, 0.25), (2, 0.75)):
         ts = _weights(shapes, dtype, seed, rows)
         n = sum(t.numel() for t in ts)
-        missed = _check_equal(ts, round(density * n), window)
+        missed = _check_equal(ts, round(density * n), window, fuse=fuse)
         # bf16 keys are 8x wider than fp16's: at this small size only bf16's 16-key window is sure to hit
         sure = dtype == torch.bfloat16 and window == 16
         assert not (missed and sure), "the sample's window should hold rank k here"
@@ -90,12 +97,13 @@ def test_selects_fold_into_the_passes():
     assert len(many) == 2 * 2 + 2 + 1 + 2 * 2 + 1
 
 
+@pytest.mark.parametrize("pairs", [True, False], ids=["pairs", "values"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_window_edge_cases(dtype):
+def test_window_edge_cases(dtype, pairs):
     g = torch.Generator().manual_seed(5)
     x = torch.randn(50_000, generator=g).to(dtype)
     for k in (0, 1, 2, x.numel() - 1, x.numel()):
-        _check_equal([x], k)
+        _check_equal([x], k, fuse=False, pairs=pairs)
     state, _ = pt.window_pivot([x], 0)
     assert state.tolist() == [math.inf, 1.0]
     tied = ((torch.randn(60_000, generator=g) * 4).round() / 4).to(dtype)  # few distinct values
@@ -103,12 +111,36 @@ def test_window_edge_cases(dtype):
     for ts in ([tied], [zeros], [tied, zeros]):
         n = sum(t.numel() for t in ts)
         for density in (0.1, 0.5, 0.9):
-            _check_equal(ts, round(density * n))
+            _check_equal(ts, round(density * n), fuse=False, pairs=pairs)
     bad = x.clone()
     bad[[7, 99, 40_000]] = torch.tensor([float("nan"), float("inf"), -float("inf")], dtype=dtype)
-    _check_equal([bad], 25_000)
-    _, counts = pt.window_pivot([bad], 25_000)
+    _check_equal([bad], 25_000, fuse=False, pairs=pairs)
+    _, counts = pt.window_pivot([bad], 25_000, fuse_select=False, pairs_count=pairs)
     assert int(counts[pt.NONFINITE]) == 3
+
+
+def test_pair_counting_flushes_and_picks_its_tensors():
+    """The pair-counting pass over many blocks a program (its 4-bit fields flushed every 7 blocks,
+    up to 126 blocks a program), with padding in the window's bin 0 (lo == 0) or below it; odd
+    sizes count with the one-value kernel."""
+    g = torch.Generator().manual_seed(11)
+    long = (0.02 * torch.randn(2 * 2048 * 130 + 6, generator=g)).to(torch.bfloat16)  # 131 blocks of words
+    tied = ((torch.randn(2048 * 40, generator=g) * 3).round() / 3).to(torch.bfloat16)
+    small = torch.zeros(3000, dtype=torch.bfloat16)  # a window at key 0: padding lands in its bin 0
+    for ts in ([long], [tied, long], [small, tied]):
+        n = sum(t.numel() for t in ts)
+        for density in (0.3, 0.5, 0.95):
+            missed = _check_equal(ts, round(density * n), fuse=False, programs=1)
+            assert not (missed and len(ts) == 1 and ts[0] is long), "a smooth weight's window should hold rank k"
+    assert _check_equal([small], 1500, fuse=False) == 0
+    counts, state = torch.zeros(pt.WINDOW_COUNTS_LEN, dtype=torch.int64), torch.zeros(2)
+    even = [long.view(torch.int16)]
+    kernels = [x[0] for x in pt.window_pivot_launches(even, counts, state, 10, torch.bfloat16)]
+    assert pt._window_pairs_kernel in kernels and pt._window_kernel not in kernels
+    odd = [long.view(torch.int16), long.view(torch.int16)[1:]]  # odd size, and a start 2 bytes in
+    kernels = [x[0] for x in pt.window_pivot_launches(odd, counts, state, 10, torch.bfloat16)]
+    assert pt._window_kernel in kernels and pt._window_pairs_kernel not in kernels
+    _check_equal([long[1:]], 1000, fuse=False)
 
 
 def test_window_many_tensors_and_repeat():
