@@ -564,8 +564,9 @@ def window_pivot_launches(
     ``counts``: int64 [WINDOW_COUNTS_LEN] of zeros (left zeroed but for NONFINITE, GT, EQ and the
     window's lowest key at LO_AT);
     ``state``: float32 [2] <- (pivot, tie share). Same results as the two passes and ``select16``.
-    The grid sizes and warps are tuned on the H100 (scripts/probes/gpu_probe_window_pivot.py);
-    ``count_programs`` and ``fallback_programs`` default to two programs per SM."""
+    The grid sizes and warps are tuned on the H100 (scripts/probes/gpu_probe_window_pivot.py,
+    gpu_probe_pair_count.py); ``count_programs`` defaults to two programs per SM (four for the
+    pair-counting pass), ``fallback_programs`` to two."""
     if counts.dtype != torch.int64 or counts.numel() < WINDOW_COUNTS_LEN or not counts.is_contiguous():
         raise ValueError(f"counts must be a contiguous int64 tensor of {WINDOW_COUNTS_LEN} values")
     if state.dtype != torch.float32 or state.numel() < 2 or counts.device != state.device:
@@ -595,9 +596,10 @@ def window_pivot_launches(
         out.append(hist16_launch(g, sample, ks, 2, WINDOW_SAMPLE, programs=sample_programs, window_lo=place))
     pairs = pairs_count and window == 8 and not fuse_window and all(_pairable(f) for f in flats)
     for g in groups:
-        if pairs:
+        if pairs:  # four programs an SM by default (results/tuning/h100_probe_pair_count.txt)
             words = [f.view(torch.int32) for f in g]
-            slots, programs, iters = tensor_slots(words, max_iters=_MAX_PAIR_ITERS, programs=grid, block=BLOCK // 2)
+            pair_grid = count_programs or 2 * grid
+            slots, programs, iters = tensor_slots(words, _MAX_PAIR_ITERS, pair_grid, BLOCK // 2)
             args = (*slots, lo, win, iters, inf_key, BLOCK // 2, False)  # PDL off
             out.append((_window_pairs_kernel, (programs,), args, count_warps))
             continue

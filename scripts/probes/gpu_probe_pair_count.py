@@ -8,6 +8,10 @@ timed as figure3 times FAST (CUDA-graph replay, L2 flushed, median), with % of c
 counts it. Parts: the counting pass alone (after the sample placed the window), in a grid and
 warp sweep; the pivot alone, chained (PDL) or not; FlexMasker whole for TBS(4), Vegeta(4), 2:4,
 TBS(8). MAP-NEO 460M and 7B blocks, row-scaled bf16, density 0.5 (and 0.25 for the pivot).
+Where ``old_flex_tbs4_6672a0d.py`` sits beside this file (``git show
+6672a0d:kernels/ops/_flex_tbs4_triton.py``: two permutation searches, for n = 1 and n = 3), also the
+TBS(4) mask launch alone, old kernel against this checkout's (one search on -|w| for n = 3).
+Record: results/tuning/h100_probe_pair_count.txt (at 4e49dfa).
 
     python3 scripts/probes/gpu_probe_pair_count.py
 """
