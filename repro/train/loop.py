@@ -201,6 +201,7 @@ def _train(
                 save(step + 1)
             if progress and d.main and (t - t_last >= progress_every_s or step + 1 == end):
                 t_last = t
+                log.drain(block=True)  # this step's loss and time (else the first line shows nan)
                 tps = log.median_tokens_per_s()
                 eta = (end - step - 1) * step_tokens / tps if tps > 0 else math.nan
                 print(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import math
 import os
 import socket
 from pathlib import Path
@@ -230,6 +231,23 @@ def test_flip_rate_equals_direct_count():
     assert rates[1] == pytest.approx(changed[0] / 32) and rates[2] == 0.0
     assert rates[0] == pytest.approx(sum(changed) / (32 + 128))  # overall: weighted by layer size
     assert tracker.measure().tolist() == [0.0, 0.0, 0.0]  # nothing changed since
+
+
+def test_progress_lines_show_finite_loss_from_the_first_step(corpus, tmp_path, capsys, monkeypatch):
+    """Each progress line reports the step it names (the log is drained first): no "loss nan",
+    even where the device lags the host (on a GPU a step's end event is rarely done when its
+    line prints; here the log never drains on its own)."""
+    from repro.train import logs
+
+    monkeypatch.setattr(logs.RunLog, "add", lambda self, rec: self.pending.append(rec))
+    cfg = tiny(corpus, mode="dense", steps=3)
+    train(cfg, tmp_path, progress=True, progress_every_s=0.0)
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[train] step ")]
+    assert [x.split()[2] for x in lines] == ["1/3", "2/3", "3/3"], lines
+    for line in lines:
+        loss = float(line.split("loss ")[1].split()[0])
+        assert math.isfinite(loss), line
+        assert "nan tok/s" not in line, line
 
 
 def test_sparse_layer_flip_rates_in_the_log(corpus, tmp_path):
