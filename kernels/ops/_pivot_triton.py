@@ -122,7 +122,7 @@ def _hist16_kernel(
     ar2 = tl.arange(0, NB)
     acc -= tl.where(ar2 == 0, tl.sum(off0, 0), 0)
     acc -= tl.where(ar2 == NB - 1, tl.sum(off_top, 0), 0)
-    live = ar2 < NB * run  # an idle guarded pass adds nothing
+    live = (ar2 < NB * run) & (acc != 0)  # an idle guarded pass adds nothing; nor do empty bins
     if PASS == 1:
         tl.atomic_add(hist_ptr + ar2, acc.to(tl.int64), mask=live)
     else:
@@ -418,8 +418,9 @@ def _window_pairs_kernel(
     x0, x1, x2, x3, x4, x5, x6, x7,
     n0, n1, n2, n3, n4, n5, n6, n7,
     s1, s2, s3, s4, s5, s6, s7,
-    lo_ptr, win_ptr, iters,
-    INF_KEY: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False,
+    lo_ptr, win_ptr, iters, hist_ptr, state_ptr, k,
+    INF_KEY: tl.constexpr, BLOCK: tl.constexpr,
+    SELECT: tl.constexpr = False, IS_BF16: tl.constexpr = True, PDL: tl.constexpr = False,
 ):  # fmt: skip
     # _window_kernel's counts for an 8-key window over int32 words of two 16-bit values each
     # (xi: ni words), with SWAR arithmetic on both halves of a word at once (about 9 integer
@@ -434,6 +435,7 @@ def _window_pairs_kernel(
     #                      number of programs that saw one, which the select takes as a miss
     #                      (the exact passes then count them).
     # Padding lanes read 0 (key 0): below the window, or in its bin 0 where lo == 0 (taken out).
+    # SELECT: the last program runs _select_window (as _window_kernel's SELECT).
     chain_prologue(PDL)
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
@@ -477,6 +479,9 @@ def _window_pairs_kernel(
     tl.atomic_add(win_ptr + 16, n_above)
     nonfinite = tl.max((((nf >> 15) & 0x10001) != 0).to(tl.int32), 0).to(tl.int64)
     tl.atomic_add(win_ptr + 17, nonfinite)
+    if SELECT:  # noqa: SIM102 (a constexpr branch; the inner one is a runtime branch)
+        if _last_program(win_ptr + 19, nprog):
+            _select_window(lo_ptr, win_ptr, hist_ptr, state_ptr, k, IS_BF16, 8, True)
 
 
 @triton.jit
@@ -561,6 +566,7 @@ def window_pivot_launches(
     select. Both need the tensors in one launch (at most ``MAX_TENSORS``; more: separate selects).
     ``pairs_count``: count with ``_window_pairs_kernel`` (two values a word) where every tensor has
     an even size and a 4-byte aligned start and the window has 8 keys; else ``_window_kernel``.
+    ``sample_programs``: the sample's grid (at most; fewer where it has fewer blocks).
     ``counts``: int64 [WINDOW_COUNTS_LEN] of zeros (left zeroed but for NONFINITE, GT, EQ and the
     window's lowest key at LO_AT);
     ``state``: float32 [2] <- (pivot, tie share). Same results as the two passes and ``select16``.
@@ -594,13 +600,13 @@ def window_pivot_launches(
     for i, g in enumerate(groups):  # the last group's last program writes the window's lowest key
         place = (lo, sample_ticket, window) if i == len(groups) - 1 else None
         out.append(hist16_launch(g, sample, ks, 2, WINDOW_SAMPLE, programs=sample_programs, window_lo=place))
-    pairs = pairs_count and window == 8 and not fuse_window and all(_pairable(f) for f in flats)
+    pairs = pairs_count and window == 8 and all(_pairable(f) for f in flats)
     for g in groups:
         if pairs:  # four programs an SM by default (results/tuning/h100_probe_pair_count.txt)
             words = [f.view(torch.int32) for f in g]
             pair_grid = count_programs or 2 * grid
             slots, programs, iters = tensor_slots(words, _MAX_PAIR_ITERS, pair_grid, BLOCK // 2)
-            args = (*slots, lo, win, iters, inf_key, BLOCK // 2, False)  # PDL off
+            args = (*slots, lo, win, iters, counts, state, k, inf_key, BLOCK // 2, fuse_window, is_bf16, False)  # PDL
             out.append((_window_pairs_kernel, (programs,), args, count_warps))
             continue
         slots, programs, iters = tensor_slots(g, max_iters=_MAX_WINDOW_ITERS, programs=grid)

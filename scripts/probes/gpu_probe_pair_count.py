@@ -66,23 +66,32 @@ def pivot_part(ws, density: float, copy: float, sms: int) -> None:
     want_state, want_counts = exact(flats, k)
     one_read = 2 * n / copy / 1e3  # us at the copy bandwidth
     print(f"  density {density}: one read at copy {one_read:.1f} us")
+    configs = {
+        "values": dict(pairs_count=False),
+        "pairs": dict(),
+        "pairs, window select folded": dict(fuse_window_select=True),
+        "pairs, sample on 1/SM": dict(sample_programs=sms),
+        "pairs, sample on 2/SM": dict(sample_programs=2 * sms),
+        "pairs, sample on 4/SM": dict(sample_programs=4 * sms),
+        "pairs, folded, sample on 2/SM": dict(fuse_window_select=True, sample_programs=2 * sms),
+    }
     for pdl in (False, True):
-        for pairs in (False, True):
+        for name, kw in configs.items():
             counts = torch.zeros(pt.WINDOW_COUNTS_LEN, dtype=torch.int64, device="cuda")
             state = torch.full((2,), float("nan"), device="cuda")
-            raw = pt.window_pivot_launches(flats, counts, state, k, torch.bfloat16, pairs_count=pairs)
+            raw = pt.window_pivot_launches(flats, counts, state, k, torch.bfloat16, **kw)
             launches = common.chain(raw) if pdl else [common.Launch(*x) for x in raw]
             run(launches)
             torch.cuda.synchronize()
             ok = torch.equal(state.view(torch.int32), want_state.view(torch.int32))
             ok = ok and torch.equal(counts[pt.NONFINITE : pt.COUNTS_LEN], want_counts)
             hit = "hit" if int(counts[pt.FLAG_AT]) == 0 else "MISSED"
-            label = f"pivot, {'pairs' if pairs else 'values'}{', PDL' if pdl else ''}"
+            label = f"pivot, {name}{', PDL' if pdl else ''}"
             if not ok:
-                print(f"    {label:40s} DIFFERS from the exact select: not timed")
+                print(f"    {label:48s} DIFFERS from the exact select: not timed")
                 continue
             t = time_gpu(functools.partial(run, launches)).ms * 1e3
-            print(f"    {label:40s} {t:8.1f} us  {hit}  {len(launches)} launches")
+            print(f"    {label:48s} {t:8.1f} us  {hit}  {len(launches)} launches")
     # the counting pass alone: the sample's passes place the window once, then only the count runs
     counts = torch.zeros(pt.WINDOW_COUNTS_LEN, dtype=torch.int64, device="cuda")
     state = torch.full((2,), float("nan"), device="cuda")
