@@ -11,7 +11,7 @@ TBS(8). MAP-NEO 460M and 7B blocks, row-scaled bf16, density 0.5 (and 0.25 for t
 Where ``old_flex_tbs4_6672a0d.py`` sits beside this file (``git show
 6672a0d:kernels/ops/_flex_tbs4_triton.py``: two permutation searches, for n = 1 and n = 3), also the
 TBS(4) mask launch alone, old kernel against this checkout's (one search on -|w| for n = 3).
-Record: results/tuning/h100_probe_pair_count.txt (at 4e49dfa).
+Record: results/tuning/h100_probe_pair_count.txt (at 7303fb7; the first run, at 4e49dfa, is in git).
 
     python3 scripts/probes/gpu_probe_pair_count.py
 """
