@@ -425,8 +425,8 @@ def _window_pairs_kernel(
     # _window_kernel's counts for an 8-key window over int32 words of two 16-bit values each
     # (xi: ni words), with SWAR arithmetic on both halves of a word at once (about 13 integer
     # instructions a value, loop included, against 24; static SASS for sm_90): per half
-    # u = (key + 0x8000 - lo) ^ 0x8000 is key - lo
-    # where key >= lo (no carry between halves) and >= 0x8000 below the window, so
+    # u = (key + 0x8000 - lo) ^ 0x8000 is key - lo where key >= lo (no carry between halves)
+    # and >= 0x8000 below the window, so
     #   below the window:  bit 15 of u (counted per half, both halves in one add);
     #   in the window:     u < 8, counted in 4-bit fields of an int32 (bin u: bits 4u..4u+3),
     #                      flushed every 7 blocks (a field gets at most 2 a block) into 8-bit

@@ -33,17 +33,10 @@ from repro.roofline import measure_ceilings  # noqa: E402
 from repro.timing import time_gpu  # noqa: E402
 from suites.figure3 import task_bytes  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_probe_masker_launches import weights  # noqa: E402  (the same row-scaled bf16 block)
+
 SEED = 0
-
-
-def weights(shapes, seed: int = 0) -> list[torch.Tensor]:
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    out = []
-    for o, i in shapes:
-        w = 0.02 * torch.randn(o, i, device="cuda", generator=gen)
-        w = w * torch.rand(o, 1, device="cuda", generator=gen).add(0.25)
-        out.append(w.to(torch.bfloat16))
-    return out
 
 
 def run(launches) -> None:
