@@ -73,7 +73,7 @@ from kernels.ops.flex import flex_mask, flex_mask_reference, needs_pivot, tie_sh
 from kernels.ops.flex_torch import masks_of_weight, recompile_limit, regular_table
 from kernels.ops.nm_mask import nm_mask, nm_mask_reference
 from kernels.ops.patterns import NM, TBS, Pattern, parse_pattern
-from kernels.ops.pivot import find_pivot, find_pivot_stats
+from kernels.ops.pivot import find_pivot, find_pivot_stats, kth_largest
 from kernels.ops.pivot_radix import RadixPivot
 from repro.dist_guard import init_distributed  # re-exported: the suite joins the group through it
 from repro.models.llama import LlamaModel, sparse_linears
@@ -210,7 +210,7 @@ def gathered_pivot_and_tie(mags: torch.Tensor, k: int) -> tuple[torch.Tensor, to
     if k == 0:
         inf = torch.full((), float("inf"), dtype=torch.float32, device=mags.device)
         return inf, torch.ones((), dtype=torch.float32, device=mags.device)
-    pivot = torch.topk(mags, k, sorted=False).values.min().float()
+    pivot = kth_largest(mags, k)  # torch.topk, or a histogram select where its k overflows
     gt, eq = count_above_and_at([mags], pivot).unbind()
     share = ((k - gt).double() / eq.clamp(min=1).double()).clamp(0.0, 1.0)
     share = torch.where(eq > 0, share, torch.ones_like(share))

@@ -31,6 +31,7 @@ import torch
 from kernels.ops.common import FLOAT_DTYPES, check_tensor
 from kernels.ops.flex import bracket, check_flex_args, needs_pivot
 from kernels.ops.patterns import TBS, Pattern, Unstructured, regular_patterns
+from kernels.ops.pivot import kth_largest
 
 BASELINE_METHODS = ("torch", "vegeta")
 
@@ -43,7 +44,7 @@ def pivot_and_tie(weights: list[torch.Tensor], k: int) -> tuple[torch.Tensor, to
     if k == 0:
         inf = torch.full((), float("inf"), dtype=torch.float32, device=mags.device)
         return inf, torch.ones((), dtype=torch.float32, device=mags.device)
-    pivot = torch.topk(mags, k, sorted=False).values.min().float()
+    pivot = kth_largest(mags, k)  # torch.topk, or a histogram select where its int32 k overflows
     m32 = mags.float()
     gt = (m32 > pivot).sum()
     eq = (m32 == pivot).sum()

@@ -46,7 +46,7 @@ import torch.distributed as dist
 
 from kernels.ops.common import FLOAT_DTYPES, check_same_device, check_tensor, use_triton
 
-__all__ = ["METHODS", "PivotResult", "find_pivot", "find_pivot_stats"]
+__all__ = ["METHODS", "PivotResult", "find_pivot", "find_pivot_stats", "kth_largest"]
 
 METHODS = ("exact", "radix", "gaussian")
 _OPTIONS = {
@@ -58,6 +58,9 @@ _INF_BITS = 0x7F800000  # float32 +inf; every finite |w| has smaller bits
 _CHUNK = {"cpu": 1 << 22, "cuda": 1 << 26}  # elements per temporary (float32 |w|, bucket indices)
 _JOINED_DEVICES = {"cuda"}  # where _Values joins small tensors into one chunk (tests add "cpu")
 _TORCH_SELECT_MAX = 1 << 27  # above this, the local select is a histogram select (bounded memory)
+# torch.topk's k is an int32 on CUDA: beyond this it returns a wrong value without an error (torch
+# 2.11, H200, campaign 291c96d: the pivot of 7.4e9 gathered |w| with k = 3.7e9 came back as 0.0)
+TOPK_MAX_K = (1 << 31) - 1
 _MAX_ROUNDS = 256  # safety net; the gaussian search needs far fewer (see the module docstring)
 _STD = NormalDist()
 
@@ -196,6 +199,27 @@ def _kth_largest_torch(x: torch.Tensor, k: int) -> float:
             return float(torch.topk(x, k, largest=True, sorted=False).values.min().item())
         return float(torch.topk(x, n - k + 1, largest=False, sorted=False).values.max().item())
     return float(torch.kthvalue(x, n - k + 1).values.item())
+
+
+def kth_largest(mags: torch.Tensor, k: int) -> torch.Tensor:
+    """The k-th largest of the 1-D non-negative floating ``mags`` (1 <= k <= numel), a 0-dim float32
+    tensor on their device. ``torch.topk`` in their dtype (no host sync) of the k largest or of the
+    n - k + 1 smallest, whichever fits its int32 k; where neither does (over 4.3e9 values near
+    density 0.5), a 12-bit histogram select on float32 (host-synchronising, memory of one chunk
+    plus one bin's values)."""
+    n = mags.numel()
+    if mags.dim() != 1 or mags.dtype not in FLOAT_DTYPES or not 1 <= k <= n:
+        raise ValueError(
+            f"kth_largest: need 1-D floating magnitudes and 1 <= k <= {n}; "
+            f"got {mags.dtype} {tuple(mags.shape)}, k = {k}"
+        )
+    if k <= TOPK_MAX_K:
+        return torch.topk(mags, k, sorted=False).values.min().float()
+    if n - k + 1 <= TOPK_MAX_K:
+        return torch.topk(mags, n - k + 1, largest=False, sorted=False).values.max().float()
+    values = _Values([mags], is_abs=mags.dtype == torch.float32)
+    pivot = _radix_search(values, lambda _n: k, _Comm(None, counted=False), 12, False)[0]
+    return torch.tensor(pivot, dtype=torch.float32, device=mags.device)
 
 
 def _select_local(values: _Values, n: int, k: int) -> float:
