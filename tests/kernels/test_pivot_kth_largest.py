@@ -29,3 +29,25 @@ def test_kth_largest_rejects_bad_input():
         kth_largest(torch.ones(4), 5)
     with pytest.raises(ValueError, match="1-D"):
         kth_largest(torch.ones(2, 2), 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_kth_largest_on_cuda_past_int32_k():
+    """The size where torch.topk's k overflowed (7B at world 4: k = 3.7e9 of 7.4e9): 2^32 + 2^20
+    bf16 magnitudes (8.6 GB), k in the middle, checked by counts (> p fewer than k, >= p at least k)."""
+    import kernels.ops.pivot as pv
+
+    n = (1 << 32) + (1 << 20)
+    if torch.cuda.get_device_properties(0).total_memory < 3 * n * 2:
+        pytest.skip("needs about 26 GB of GPU memory")
+    mags = torch.empty(n, dtype=torch.bfloat16, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(7)
+    for part in mags.split(1 << 28):  # |N(0, 1)| in pieces (randn of 2^32 at once needs float32 room)
+        part.copy_(torch.randn(part.numel(), device="cuda", generator=g).abs())
+    k = n // 2 + 12345
+    assert k > pv.TOPK_MAX_K and n - k + 1 > pv.TOPK_MAX_K
+    p = pv.kth_largest(mags, k)
+    gt = sum(int((c.float() > p).sum()) for c in mags.split(1 << 28))
+    ge = sum(int((c.float() >= p).sum()) for c in mags.split(1 << 28))
+    assert gt < k <= ge, (float(p), gt, ge, k)
