@@ -1,8 +1,11 @@
 """Static SASS of the MVUE pack kernels for sm_90, compiled here without a GPU (ptxas +
 nvdisasm that ship with Triton): instructions per element, by opcode, to see where an
-ALU-bound kernel spends its issue slots before spending device time on it.
+ALU-bound kernel spends its issue slots before spending device time on it. ``--tbs4``: the same
+for FAST's TBS(4,4) mask kernel (one 4x4 tile a thread), and where its instructions go, from
+variants of the generated source with one part cut (the n = 2 search, the n = 1/3 permutation
+search, both, the Philox draw); a variant's masks are wrong, only its count matters.
 
-    python3 scripts/probes/sass_count.py [--dump KERNEL]
+    python3 scripts/probes/sass_count.py [--dump KERNEL] [--tbs4]
 """
 
 from __future__ import annotations
@@ -95,11 +98,54 @@ def cases() -> list:
     return out
 
 
+TBS4_CODE = "code = tl.where(n == 1, c1, tl.where(n == 2, c2, tl.where(n == 3, 65535 ^ c1, 0)))"
+TBS4_CUTS = {
+    "production": [],
+    "no n=2 search": [(TBS4_CODE, TBS4_CODE.replace("n == 2, c2", "n == 2, 0"))],
+    "no n=1/3 search": [(TBS4_CODE, "code = tl.where(n == 2, c2, 0)")],
+    "no search": [(TBS4_CODE, "code = tl.where(n == 2, 255, 0)")],
+    "no Philox": [("u = tl.rand(seed, tile)", "u = tile.to(tl.float32) * 0.001")],
+}
+
+
+def tbs4_attribution(top: int) -> None:
+    """Instructions a value of ``flex_tbs4_kernel`` (TC = 128, 4 warps: what FlexMasker launches)
+    and of each cut variant; the difference to production is what the cut part costs."""
+    import importlib.util
+
+    src = (Path(__file__).resolve().parents[2] / "kernels" / "ops" / "_flex_tbs4_triton.py").read_text()
+    sig = {"w_ptr": "*bf16", "m_ptr": "*i8", "pivot": "fp32", "tie": "fp32", "seed": "i32"}
+    sig |= {k: "i32" for k in ("n_tile_rows", "n_tile_cols", "stride_w", "stride_m")}
+    cx = {"TC": 128, "PIVOT_PTR": False, "PDL": 0}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, cuts in TBS4_CUTS.items():
+            text = src
+            for old, new in cuts:
+                if old not in text:
+                    raise SystemExit(f"sass_count --tbs4: the generated kernel changed ({old!r} not found)")
+                text = text.replace(old, new)
+            path = Path(tmp) / f"tbs4_{len(name)}_{abs(hash(name))}.py"
+            path.write_text(text)
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            sass, regs = compile_sass(mod.flex_tbs4_kernel, {**sig, **{k: "constexpr" for k in cx}}, cx, 4)
+            ops = opcode_counts(sass)
+            total = sum(ops.values())
+            per = f"{total:4d} instr/thread (one tile), {total / 16:5.1f} per value, {regs} registers"
+            print(f"flex_tbs4 {name:16s}: {per}")
+            print("    " + ", ".join(f"{k} {v}" for k, v in ops.most_common(top)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", default=None, help="substring of a case name: print its SASS")
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--tbs4", action="store_true", help="FAST's TBS(4,4) mask kernel and its cut variants")
     args = ap.parse_args()
+    if args.tbs4:
+        tbs4_attribution(args.top)
+        return
     for name, fn, sig, cx, (bk, warps), *tiles in cases():
         full = {**sig, **{k: "constexpr" for k in cx}}
         sass, regs = compile_sass(fn, full, cx, warps)
