@@ -203,7 +203,8 @@ def _kth_largest_torch(x: torch.Tensor, k: int) -> float:
 
 def kth_largest(mags: torch.Tensor, k: int) -> torch.Tensor:
     """The k-th largest of the 1-D non-negative floating ``mags`` (1 <= k <= numel), a 0-dim float32
-    tensor on their device. ``torch.topk`` in their dtype (no host sync) of the k largest or of the
+    tensor on their device. NaN is not checked (a check would sync the host inside captured graphs):
+    torch.topk ranks it above every value. ``torch.topk`` in their dtype (no host sync) of the k largest or of the
     n - k + 1 smallest, whichever fits its int32 k; where neither does (over 4.3e9 values near
     density 0.5), a 12-bit histogram select on float32 (host-synchronising, memory of one chunk
     plus one bin's values)."""
