@@ -35,14 +35,14 @@ from kernels.ops._pivot_triton import (
     SAMPLE_AT,
     WIN_AT,
     WINDOW_SAMPLE,
-    _block_offsets,
-    _last_program,
-    _pivot_and_share,
-    _rank_in_hist,
-    _sampled_values,
-    _slot,
-    _window_lo,
+    block_offsets,
+    block_slot,
+    last_program,
+    pivot_and_share,
+    rank_in_hist,
+    sampled_values,
     tensor_slots,
+    window_lowest_key,
 )
 
 PHASES = 6  # split mode: 1-2 sample passes, 3 counting pass, 4-5 the exact passes on a miss, 6 finish
@@ -91,10 +91,10 @@ def _hist_pass(
     off_top = tl.zeros([1], dtype=tl.int32)
     for i in range(iters):
         g = i * nprog + pid
-        x, n, start = _slot(
+        x, n, start = block_slot(
             g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
         )
-        offs = _block_offsets(g, start, BLOCK, SAMPLE)
+        offs = block_offsets(g, start, BLOCK, SAMPLE)
         m = offs < n
         v = tl.load(x + offs, mask=m, other=0).to(tl.int32) & 0x7FFF
         if PASS == 1:  # noqa: SIM108 (a constexpr branch inside a Triton kernel)
@@ -137,7 +137,7 @@ def _pair_count_pass(
             acc4 = tl.zeros([BLOCK], dtype=tl.int32)
             for i in range(c, tl.minimum(c + 7, c_end)):
                 g = i * nprog + pid
-                x, n, start = _slot(
+                x, n, start = block_slot(
                     g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
                 )
                 offs = (g - start) * BLOCK + r
@@ -186,18 +186,18 @@ def _finish(counts_ptr, state_ptr, k, ks, IS_BF16: tl.constexpr):
     # bin zeroed (sample, window, exact passes, miss flag) for the next call
     sample = counts_ptr + _SAMPLE_AT
     win = counts_ptr + _WIN_AT
-    lo = _window_lo(sample, ks, 8, True)
+    lo = window_lowest_key(sample, ks, 8, True)
     hit, bits_w, gt_w, eq_w = _window_select(lo, win, k)
     ar = tl.arange(0, 256)
     hi = tl.load(counts_ptr + ar, volatile=True)
     first = (0x7F80 >> 7) if IS_BF16 else (0x7C00 >> 7)
     nonfinite_h = tl.sum(tl.where(ar >= first, hi, 0), 0)
-    bits_h, gt_h, eq_h = _rank_in_hist(counts_ptr, k, True)
+    bits_h, gt_h, eq_h = rank_in_hist(counts_ptr, k, True)
     bits = tl.where(hit, bits_w, bits_h)
     gt = tl.where(hit, gt_w, gt_h)
     eq = tl.where(hit, eq_w, eq_h)
     nonfinite = tl.where(hit, 0, nonfinite_h)
-    pivot, share = _pivot_and_share(bits, gt, eq, k, IS_BF16)
+    pivot, share = pivot_and_share(bits, gt, eq, k, IS_BF16)
     tl.debug_barrier()  # every thread has read the bins before any is zeroed
     zeros = tl.zeros([256], dtype=tl.int64)
     tl.store(counts_ptr + ar, zeros)
@@ -246,7 +246,7 @@ def _window_pivot_persistent_kernel(
     if PHASE == 0:
         _grid_barrier(bar, 2 * nprog)
     if PHASE == 0 or PHASE == 3:
-        lo = _window_lo(sample, ks, 8, True)
+        lo = window_lowest_key(sample, ks, 8, True)
         _pair_count_pass(
             w0, w1, w2, w3, w4, w5, w6, w7, m0, m1, m2, m3, m4, m5, m6, m7, t1, t2, t3, t4, t5, t6, t7,
             lo, win, iters_words, pid, nprog, INF_KEY, BLOCK // 2,
@@ -255,7 +255,7 @@ def _window_pivot_persistent_kernel(
         _grid_barrier(bar, 3 * nprog)
     if PHASE == 0 or PHASE == 4 or PHASE == 5:
         # every program reads the same counts, so all take the same branch (and barrier)
-        hit, _, _, _ = _window_select(_window_lo(sample, ks, 8, True), win, k)
+        hit, _, _, _ = _window_select(window_lowest_key(sample, ks, 8, True), win, k)
         if hit == 0:
             if PHASE == 0 or PHASE == 4:
                 _hist_pass(
@@ -272,7 +272,7 @@ def _window_pivot_persistent_kernel(
             if PHASE == 0:
                 _grid_barrier(bar, 5 * nprog)
     if PHASE == 0:  # noqa: SIM102 (a constexpr branch; the inner one is a runtime branch)
-        if _last_program(sync_ptr + 1, nprog):  # every other program is past its last read
+        if last_program(sync_ptr + 1, nprog):  # every other program is past its last read
             _finish(counts_ptr, state_ptr, k, ks, IS_BF16)
             tl.store(bar, 0)
     if PHASE == 6:
@@ -304,7 +304,7 @@ def window_pivot_persistent_launches(
     window's lowest key, as ``window_pivot_launches`` leaves it; ``sync``: int64 [SYNC_LEN] of zeros
     (left zeroed but for sync[2], raised where a grid barrier timed out: the results are then
     wrong; see ``check_sync``); ``state``: float32 [2] <- (pivot, tie share)."""
-    from kernels.ops._pivot_triton import WINDOW_COUNTS_LEN, _pairable
+    from kernels.ops._pivot_triton import WINDOW_COUNTS_LEN, pairable
 
     if counts.dtype != torch.int64 or counts.numel() < WINDOW_COUNTS_LEN or not counts.is_contiguous():
         raise ValueError(f"counts must be a contiguous int64 tensor of {WINDOW_COUNTS_LEN} values")
@@ -317,13 +317,13 @@ def window_pivot_persistent_launches(
     flats = [f for f in flats16 if f.numel()]
     if not 1 <= len(flats) <= 8:
         raise ValueError(f"the persistent pivot takes 1..8 non-empty tensors, got {len(flats)}")
-    if not all(_pairable(f) for f in flats):
+    if not all(pairable(f) for f in flats):
         raise ValueError("the persistent pivot reads int32 words: every tensor needs an even size and 4-byte alignment")
     if split is None:
         split = not counts.is_cuda
     nprog = programs or persistent_programs(counts.device)
     n = sum(f.numel() for f in flats)
-    n_s = sum(_sampled_values(f.numel(), WINDOW_SAMPLE) for f in flats)
+    n_s = sum(sampled_values(f.numel(), WINDOW_SAMPLE) for f in flats)
     ks = min(n_s, max(1, round(k * n_s / n))) if k > 0 else 0
     every = tensor_slots(flats)[0]  # the slots do not depend on the grid; the iterations do
     sampled = tensor_slots(flats, block=BLOCK * WINDOW_SAMPLE)[0]

@@ -30,7 +30,7 @@ _MAX_PROGRAMS = 1024
 
 
 @triton.jit
-def _slot(g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7):
+def block_slot(g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7):
     # the tensor that global block g falls in (``tensor_slots``' layout): pointer, size, first block
     x, n, start = x0, n0, 0
     if g >= s1:
@@ -51,7 +51,7 @@ def _slot(g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1,
 
 
 @triton.jit
-def _block_offsets(g, start, BLOCK: tl.constexpr, SAMPLE: tl.constexpr):
+def block_offsets(g, start, BLOCK: tl.constexpr, SAMPLE: tl.constexpr):
     # the BLOCK offsets a pass reads of block g: all values of a BLOCK-value block, or (SAMPLE > 1)
     # of a BLOCK * SAMPLE-value block one 16-value sector (32 bytes: one memory transaction) in
     # every SAMPLE, so that every call of tl.histogram still counts BLOCK values
@@ -104,10 +104,10 @@ def _hist16_kernel(
     off_top = tl.zeros([1], dtype=tl.int32)  # taken out of the top bin (pass 2: above the bucket)
     for i in range(iters * run):
         g = i * nprog + pid  # global block
-        x, n, start = _slot(
+        x, n, start = block_slot(
             g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
         )  # noqa: E501
-        offs = _block_offsets(g, start, BLOCK, SAMPLE)
+        offs = block_offsets(g, start, BLOCK, SAMPLE)
         m = offs < n
         v = tl.load(x + offs, mask=m, other=0).to(tl.int32) & 0x7FFF
         if PASS == 1:  # noqa: SIM108 (a constexpr branch inside a Triton kernel)
@@ -129,11 +129,11 @@ def _hist16_kernel(
         tl.atomic_add(hist_ptr + 256 + ar2, acc.to(tl.int64), mask=live)
     if SELECT == 1:  # noqa: SIM102 (a constexpr branch; the inner ones are runtime branches)
         if run != 0:  # noqa: SIM102
-            if _last_program(ticket_ptr, nprog):
+            if last_program(ticket_ptr, nprog):
                 _select16(hist_ptr, state_ptr, k, IS_BF16, True, True)
     if SELECT == 2:  # noqa: SIM102
-        if _last_program(ticket_ptr, nprog):
-            lo = _window_lo(hist_ptr, k, W, True)
+        if last_program(ticket_ptr, nprog):
+            lo = window_lowest_key(hist_ptr, k, W, True)
             tl.debug_barrier()  # every thread has read the bins before any is zeroed
             tl.store(hist_ptr + ar, tl.zeros([256], dtype=tl.int64))
             tl.store(hist_ptr + 256 + tl.arange(0, 128), tl.zeros([128], dtype=tl.int64))
@@ -228,7 +228,7 @@ def hist16_counts(tensors: list[torch.Tensor], k: int, max_tensors: int = MAX_TE
 
 
 @triton.jit
-def _last_program(ticket_ptr, nprog):
+def last_program(ticket_ptr, nprog):
     # True in the last program of the grid to get here (its atomics, and every other program's,
     # are then visible: the ticket is acq_rel and each program's threads sync before taking it),
     # which also puts the ticket back to 0 for the next launch
@@ -241,7 +241,7 @@ def _last_program(ticket_ptr, nprog):
 
 
 @triton.jit
-def _rank_in_hist(hist_ptr, k, VOLATILE: tl.constexpr = False):
+def rank_in_hist(hist_ptr, k, VOLATILE: tl.constexpr = False):
     # the 15 magnitude bits of the k-th largest value, #(above it) and #(equal to it), from the two
     # histograms at hist_ptr (the host's _select_from_counts); VOLATILE: read past the L1 (bins
     # other programs of this launch added to)
@@ -263,7 +263,7 @@ def _rank_in_hist(hist_ptr, k, VOLATILE: tl.constexpr = False):
 
 
 @triton.jit
-def _pivot_and_share(bits, gt, eq, k, IS_BF16: tl.constexpr):
+def pivot_and_share(bits, gt, eq, k, IS_BF16: tl.constexpr):
     # the float32 pivot of magnitude bits, and the tie share as the host computes it: a float64
     # quotient (k - gt, eq exact in float64), then clamped; k == 0 keeps nothing (+inf, share 1)
     if IS_BF16:  # bf16 is the top half of a float32
@@ -285,8 +285,8 @@ def _select16(hist_ptr, state_ptr, k, IS_BF16: tl.constexpr, CLEAR: tl.constexpr
     hi = tl.load(hist_ptr + ar, volatile=VOLATILE)
     first = (0x7F80 >> 7) if IS_BF16 else (0x7C00 >> 7)  # high bytes of Inf / NaN magnitudes
     nonfinite = tl.sum(tl.where(ar >= first, hi, 0), 0)
-    bits, gt, eq = _rank_in_hist(hist_ptr, k, VOLATILE)
-    pivot, share = _pivot_and_share(bits, gt, eq, k, IS_BF16)
+    bits, gt, eq = rank_in_hist(hist_ptr, k, VOLATILE)
+    pivot, share = pivot_and_share(bits, gt, eq, k, IS_BF16)
     ar2 = tl.arange(0, 128)
     if CLEAR:  # leave zeroed bins for the next call (saves a memset launch)
         tl.debug_barrier()  # every thread has read the bins before any is zeroed
@@ -355,9 +355,9 @@ WINDOW_FALLBACK_PROGRAMS = 1024  # grid of the guarded exact passes (idle unless
 
 
 @triton.jit
-def _window_lo(sample_ptr, ks, WINDOW: tl.constexpr, VOLATILE: tl.constexpr = False):
+def window_lowest_key(sample_ptr, ks, WINDOW: tl.constexpr, VOLATILE: tl.constexpr = False):
     # the lowest key of the window: the sample's ks-th largest key near the window's middle
-    bits, gt, eq = _rank_in_hist(sample_ptr, ks, VOLATILE)
+    bits, gt, eq = rank_in_hist(sample_ptr, ks, VOLATILE)
     return tl.minimum(tl.maximum(bits - (WINDOW // 2 - 1), 0), 0x8000 - WINDOW)
 
 
@@ -386,10 +386,10 @@ def _window_kernel(
     nonfinite = tl.zeros([BLOCK], dtype=tl.int32)
     for i in range(iters):
         g = i * nprog + pid  # global block
-        x, n, start = _slot(
+        x, n, start = block_slot(
             g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
         )
-        offs = _block_offsets(g, start, BLOCK, 1)
+        offs = block_offsets(g, start, BLOCK, 1)
         m = offs < n
         key = tl.where(m, tl.load(x + offs, mask=m, other=0).to(tl.int32) & 0x7FFF, -1)
         d = key - lo
@@ -409,7 +409,7 @@ def _window_kernel(
     tl.atomic_add(win_ptr + 16, tl.sum(above, 0).to(tl.int64))
     tl.atomic_add(win_ptr + 17, tl.sum(nonfinite, 0).to(tl.int64))
     if SELECT:  # noqa: SIM102 (a constexpr branch; the inner one is a runtime branch)
-        if _last_program(win_ptr + 19, nprog):
+        if last_program(win_ptr + 19, nprog):
             _select_window(lo_ptr, win_ptr, hist_ptr, state_ptr, k, IS_BF16, W, True)
 
 
@@ -453,7 +453,7 @@ def _window_pairs_kernel(
         acc4 = tl.zeros([BLOCK], dtype=tl.int32)
         for i in range(c, tl.minimum(c + 7, iters)):
             g = i * nprog + pid  # global block
-            x, n, start = _slot(
+            x, n, start = block_slot(
                 g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
             )
             offs = (g - start) * BLOCK + r
@@ -481,7 +481,7 @@ def _window_pairs_kernel(
     nonfinite = tl.max((((nf >> 15) & 0x10001) != 0).to(tl.int32), 0).to(tl.int64)
     tl.atomic_add(win_ptr + 17, nonfinite)
     if SELECT:  # noqa: SIM102 (a constexpr branch; the inner one is a runtime branch)
-        if _last_program(win_ptr + 19, nprog):
+        if last_program(win_ptr + 19, nprog):
             _select_window(lo_ptr, win_ptr, hist_ptr, state_ptr, k, IS_BF16, 8, True)
 
 
@@ -511,7 +511,7 @@ def _select_window(
     hit = (above < k) & (i < W) & (nonfinite == 0)
     gt = above + tl.sum(tl.where(ar < i, rev, 0), 0)
     eq = tl.sum(tl.where(ar == i, rev, 0), 0)
-    pivot, share = _pivot_and_share(lo + W - 1 - i, gt, eq, k, IS_BF16)
+    pivot, share = pivot_and_share(lo + W - 1 - i, gt, eq, k, IS_BF16)
     tl.debug_barrier()  # every thread has read the bins before any is zeroed
     tl.store(win_ptr + tl.arange(0, 32), tl.zeros([32], dtype=tl.int64), mask=tl.arange(0, 32) < 18)
     tl.store(win_ptr + 18, 1 - hit.to(tl.int64))
@@ -531,14 +531,14 @@ def _count_programs(device: torch.device) -> int:
     return 264
 
 
-def _sampled_values(n: int, sample: int) -> int:
-    """How many of ``n`` values a ``sample`` pass reads (``_block_offsets``' layout)."""
+def sampled_values(n: int, sample: int) -> int:
+    """How many of ``n`` values a ``sample`` pass reads (``block_offsets``' layout)."""
     span = BLOCK * sample
     inner = [(r // 16) * 16 * sample + r % 16 for r in range(BLOCK)]
     return (n // span) * BLOCK + sum(1 for o in inner if o < n % span)
 
 
-def _pairable(flat: torch.Tensor) -> bool:
+def pairable(flat: torch.Tensor) -> bool:
     """Whether a flat int16 view reads as whole int32 words (the pair-counting pass)."""
     return flat.numel() % 2 == 0 and flat.data_ptr() % 4 == 0
 
@@ -586,7 +586,7 @@ def window_pivot_launches(
     if not flats:
         raise ValueError("no values to select from")
     n = sum(f.numel() for f in flats)
-    n_s = sum(_sampled_values(f.numel(), WINDOW_SAMPLE) for f in flats)
+    n_s = sum(sampled_values(f.numel(), WINDOW_SAMPLE) for f in flats)
     ks = min(n_s, max(1, round(k * n_s / n))) if k > 0 else 0
     groups = [flats[i : i + MAX_TENSORS] for i in range(0, len(flats), MAX_TENSORS)]
     fuse = fuse_select and len(groups) == 1
@@ -601,7 +601,7 @@ def window_pivot_launches(
     for i, g in enumerate(groups):  # the last group's last program writes the window's lowest key
         place = (lo, sample_ticket, window) if i == len(groups) - 1 else None
         out.append(hist16_launch(g, sample, ks, 2, WINDOW_SAMPLE, programs=sample_programs, window_lo=place))
-    pairs = pairs_count and window == 8 and all(_pairable(f) for f in flats)
+    pairs = pairs_count and window == 8 and all(pairable(f) for f in flats)
     for g in groups:
         if pairs:  # four programs an SM by default (results/tuning/h100_probe_pair_count.txt)
             words = [f.view(torch.int32) for f in g]

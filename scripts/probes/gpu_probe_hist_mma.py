@@ -49,7 +49,7 @@ from kernels.ops._pivot_triton import (  # noqa: E402
     BLOCK,
     COUNTS_LEN,
     HIST_LEN,
-    _slot,
+    block_slot,
     hist16_counts,
     hist16_launch,
     select16,
@@ -77,7 +77,7 @@ def _hist_mma_kernel(
     acc = tl.zeros([16, 16], dtype=tl.float32)
     for i in range(iters):
         g = i * nprog + pid
-        x, n, start = _slot(
+        x, n, start = block_slot(
             g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
         )
         for c in tl.static_range(BLOCK // KC):
@@ -117,7 +117,7 @@ def _window_mma_kernel(
     above = tl.zeros([KC], dtype=tl.int32)
     for i in range(iters):
         g = i * nprog + pid
-        x, n, start = _slot(
+        x, n, start = block_slot(
             g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
         )
         for c in tl.static_range(BLOCK // KC):
