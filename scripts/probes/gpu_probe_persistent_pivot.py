@@ -5,7 +5,8 @@ launch with grid barriers) against the window pivot's six launches as FlexMasker
 run). Every variant is checked first (pivot state bit for bit, #(non-finite), #(> pivot),
 #(== pivot) equal to the exact two-pass select, buffers left zeroed, no barrier timed out), then
 timed as figure3 times FAST (CUDA-graph replay, L2 flushed, median), with % of the one-read copy.
-Grids: one program per SM with 4 and 8 warps (every program must be resident for the barriers).
+Grids: one or two programs per SM with 8 to 32 warps (every program must be resident for the
+barriers; session 26 swept them after 4 and 8 warps lost to the six launches).
 A barrier that times out (SPIN_LIMIT polls) raises the flag and the variant is reported, not timed.
 
     timeout 300 python3 scripts/probes/gpu_probe_persistent_pivot.py
@@ -76,15 +77,15 @@ def compare(ws, density: float, copy: float, sms: int, label: str) -> None:
             f"    six launches (PDL)            {t:8.1f} us  {100 * one_read / t:5.1f}% of copy  window {missed}",
             flush=True,
         )
-    for warps in (8, 4):
+    for programs, warps in ((sms, 8), (sms, 16), (sms, 32), (2 * sms, 8), (2 * sms, 16)):
         counts = torch.zeros(pt.WINDOW_COUNTS_LEN, dtype=torch.int64, device="cuda")
         sync = torch.zeros(pp.SYNC_LEN, dtype=torch.int64, device="cuda")
         state = torch.full((2,), float("nan"), device="cuda")
         raw = pp.window_pivot_persistent_launches(
-            flats, counts, state, sync, k, torch.bfloat16, programs=sms, warps=warps
+            flats, counts, state, sync, k, torch.bfloat16, programs=programs, warps=warps
         )
         one = [common.Launch(*x) for x in raw]
-        name = f"persistent, {sms} programs, {warps} warps"
+        name = f"persistent, {programs} programs, {warps} warps"
         run(one)
         torch.cuda.synchronize()
         bad = check(state, counts, want_state, want_counts, sync)

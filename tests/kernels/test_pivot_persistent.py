@@ -179,7 +179,7 @@ def test_fused_launch_compiles_for_sm90():
 @pytest.mark.parametrize("name", ["two bf16", "sample misses", "non-finite"])
 def test_fused_launch_on_gpu_equals_the_window_pivot(name):
     ts = [t.cuda() for t in _cases()[name]]
-    big = [torch.randn(4096, 3328, device="cuda", dtype=torch.bfloat16) * torch.rand(4096, 1, device="cuda")]
+    big = [torch.randn(4096, 3328, device="cuda", dtype=torch.bfloat16) * torch.rand(4096, 1, device="cuda", dtype=torch.bfloat16)]
     for group in (ts, big + ts if name == "two bf16" else ts):
         n = sum(t.numel() for t in group)
         k = round(0.5 * n)
