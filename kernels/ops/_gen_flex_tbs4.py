@@ -5,7 +5,8 @@ Run ``python -m kernels.ops._gen_flex_tbs4`` after changing it; a test checks th
 Per 4x4 tile, one pass: load |w|, count entries > pivot and == pivot (c = gt + tie * eq), draw
 u = Philox(seed, tile), pick n = floor(c/4) + [u * 4 < c - 4 floor(c/4)] (configurations 0..4,
 unit 4), then keep the best layout with n per row and column. Exact for every n: n=2 is the
-transposable search of ``_gen_transposable`` (19 column-count groups); n=1 is the best permutation
+transposable search of ``_gen_transposable`` (19 column-count groups; its jit function
+``transposable_search``, imported); n=1 is the best permutation
 (rows 0-1 take distinct columns a, b; rows 2-3 the best order of the remaining pair); n=3 keeps all
 but the *lightest* permutation, found by the same search on -|w| (one search for both); n=0 and n=4
 are trivial. Candidates carry their 16-bit mask codes
@@ -21,7 +22,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from kernels.ops._gen_transposable import PAIRS, emit_running_best, emit_search
+from kernels.ops._gen_transposable import PAIRS, SEARCH_ARGS, emit_running_best
 
 TARGET = Path(__file__).with_name("_flex_tbs4_triton.py")
 
@@ -57,6 +58,7 @@ def render() -> str:
     w("")
     w("from kernels.ops._chain_triton import chain_prologue")
     w("from kernels.ops._multi_triton import multi_program")
+    w("from kernels.ops._transposable_triton import transposable_search")
     w("")
     w("")
     w('@triton.jit(do_not_specialize=["seed"])')
@@ -120,7 +122,7 @@ def render() -> str:
     w("    tile = tr * n_tile_cols + tc")
     w("    u = tl.rand(seed, tile)")
     w("    n = (lo + ((u * 4.0) < (c - 4.0 * lo)).to(tl.float32)).to(tl.int32)")
-    emit_search(w, "s2", "c2")  # n = 2: the transposable search
+    w(f"    s2, c2 = transposable_search({', '.join(SEARCH_ARGS)})  # n = 2: the transposable search")
     # n = 1 and n = 3 share one permutation search: the lightest permutation of |w| is the best
     # of -|w| (negation is exact, so every comparison, ties included, decides as on |w|)
     w("    neg = n == 3")

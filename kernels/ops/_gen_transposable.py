@@ -12,6 +12,9 @@ must then use 2 - v. So the best of all 90 patterns is
 which costs about 24 + 2 * (36 + 3 * 17) + 5 * 19 ~ 300 scalar operations per tile (about 19 per
 weight), against 90 * 8 adds plus a 90-way argmax for a dot with all patterns. Every candidate
 carries its 16-bit mask code as a compile-time constant, so the argmax yields the mask directly.
+The search is one jit function, ``transposable_search``, that FAST's TBS(4,4) kernel
+(``_gen_flex_tbs4``) calls for its n = 2 layouts too (inlined by Triton: the same code as when it
+was written out in both files).
 
 Scores are float32 sums of |w| / 8: the power-of-two scale is exact for |w| >= 2**-123 and keeps
 every sum of 8 magnitudes below float32's maximum (unscaled, |w| near 1e38 overflowed to inf and
@@ -42,6 +45,9 @@ def groups() -> dict[tuple[int, ...], list[tuple[int, int]]]:
         if max(v) <= 2:
             out.setdefault(tuple(v), []).append((a, b))
     return out
+
+
+SEARCH_ARGS: tuple[str, ...] = tuple(f"p{r}_{p}" for r in range(4) for p in range(6))  # row-pair sums
 
 
 def emit_running_best(w, score: str, code: str, expr: str, bits: str, first: bool, better: str = ">") -> None:
@@ -90,6 +96,14 @@ def render() -> str:
     w("")
     w("")
     w("@triton.jit")
+    w(f"def transposable_search({', '.join(SEARCH_ARGS)}):")
+    w("    # the best transposable layout of 4x4 tiles from their row-pair sums p{row}_{pair}: (score,")
+    w("    # 16-bit mask code); ties keep the earlier candidate. Also FAST's TBS(4,4) n = 2 search.")
+    emit_search(w, "best", "code")
+    w("    return best, code")
+    w("")
+    w("")
+    w("@triton.jit")
     w("def transposable24_kernel(")
     w("    w_ptr, m_ptr, n_tile_rows, n_tile_cols, stride_w, stride_m,")
     w("    TR: tl.constexpr, TC: tl.constexpr,")
@@ -109,7 +123,7 @@ def render() -> str:
         w(f"    x{r}1, x{r}3 = tl.split(xb)")
         for p, (a, b) in enumerate(PAIRS):
             w(f"    p{r}_{p} = x{r}{a} + x{r}{b}")
-    emit_search(w, "best", "code")
+    w(f"    best, code = transposable_search({', '.join(SEARCH_ARGS)})")
     w("    code = code.to(tl.int32)")
     w("    mrow0 = (4 * tr).to(tl.int64)")
     for r in range(4):

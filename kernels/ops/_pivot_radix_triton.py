@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.ops._pivot_triton import BLOCK, tensor_slots  # the same spread over a grid
+from kernels.ops._pivot_triton import BLOCK, block_slot, tensor_slots  # the same spread over a grid
 
 PASSES = 4
 HIST_LEN = 256 * PASSES
@@ -53,21 +53,9 @@ def _radix_hist_kernel(
     off_top = tl.zeros([1], dtype=tl.int32)  # taken out of bin 255: values above the prefix
     for it in range(iters):
         g = it * nprog + pid  # global block
-        x, n, start = x0, n0, 0
-        if g >= s1:
-            x, n, start = x1, n1, s1
-        if g >= s2:
-            x, n, start = x2, n2, s2
-        if g >= s3:
-            x, n, start = x3, n3, s3
-        if g >= s4:
-            x, n, start = x4, n4, s4
-        if g >= s5:
-            x, n, start = x5, n5, s5
-        if g >= s6:
-            x, n, start = x6, n6, s6
-        if g >= s7:
-            x, n, start = x7, n7, s7
+        x, n, start = block_slot(
+            g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
+        )
         offs = (g - start) * BLOCK + tl.arange(0, BLOCK)
         m = offs < n
         v = tl.load(x + offs, mask=m, other=0.0).to(tl.float32).to(tl.int32, bitcast=True) & 0x7FFFFFFF

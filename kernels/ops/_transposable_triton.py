@@ -10,61 +10,9 @@ import triton.language as tl
 
 
 @triton.jit
-def transposable24_kernel(
-    w_ptr, m_ptr, n_tile_rows, n_tile_cols, stride_w, stride_m,
-    TR: tl.constexpr, TC: tl.constexpr,
-):
-    pid_r = tl.program_id(0)
-    pid_c = tl.program_id(1)
-    tr = pid_r * TR + tl.arange(0, TR)
-    tc = pid_c * TC + tl.arange(0, TC)
-    col = 4 * tc[:, None] + tl.arange(0, 4)[None, :]
-    inb = (tr < n_tile_rows)[:, None, None] & (tc < n_tile_cols)[None, :, None]
-    row0 = (4 * tr).to(tl.int64)
-    x = tl.load(w_ptr + (row0 + 0)[:, None, None] * stride_w + col[None, :, :], mask=inb, other=0.0)
-    x = tl.reshape(tl.abs(x.to(tl.float32)) * 0.125, (TR, TC, 2, 2))
-    xa, xb = tl.split(x)
-    x00, x02 = tl.split(xa)
-    x01, x03 = tl.split(xb)
-    p0_0 = x00 + x01
-    p0_1 = x00 + x02
-    p0_2 = x00 + x03
-    p0_3 = x01 + x02
-    p0_4 = x01 + x03
-    p0_5 = x02 + x03
-    x = tl.load(w_ptr + (row0 + 1)[:, None, None] * stride_w + col[None, :, :], mask=inb, other=0.0)
-    x = tl.reshape(tl.abs(x.to(tl.float32)) * 0.125, (TR, TC, 2, 2))
-    xa, xb = tl.split(x)
-    x10, x12 = tl.split(xa)
-    x11, x13 = tl.split(xb)
-    p1_0 = x10 + x11
-    p1_1 = x10 + x12
-    p1_2 = x10 + x13
-    p1_3 = x11 + x12
-    p1_4 = x11 + x13
-    p1_5 = x12 + x13
-    x = tl.load(w_ptr + (row0 + 2)[:, None, None] * stride_w + col[None, :, :], mask=inb, other=0.0)
-    x = tl.reshape(tl.abs(x.to(tl.float32)) * 0.125, (TR, TC, 2, 2))
-    xa, xb = tl.split(x)
-    x20, x22 = tl.split(xa)
-    x21, x23 = tl.split(xb)
-    p2_0 = x20 + x21
-    p2_1 = x20 + x22
-    p2_2 = x20 + x23
-    p2_3 = x21 + x22
-    p2_4 = x21 + x23
-    p2_5 = x22 + x23
-    x = tl.load(w_ptr + (row0 + 3)[:, None, None] * stride_w + col[None, :, :], mask=inb, other=0.0)
-    x = tl.reshape(tl.abs(x.to(tl.float32)) * 0.125, (TR, TC, 2, 2))
-    xa, xb = tl.split(x)
-    x30, x32 = tl.split(xa)
-    x31, x33 = tl.split(xb)
-    p3_0 = x30 + x31
-    p3_1 = x30 + x32
-    p3_2 = x30 + x33
-    p3_3 = x31 + x32
-    p3_4 = x31 + x33
-    p3_5 = x32 + x33
+def transposable_search(p0_0, p0_1, p0_2, p0_3, p0_4, p0_5, p1_0, p1_1, p1_2, p1_3, p1_4, p1_5, p2_0, p2_1, p2_2, p2_3, p2_4, p2_5, p3_0, p3_1, p3_2, p3_3, p3_4, p3_5):
+    # the best transposable layout of 4x4 tiles from their row-pair sums p{row}_{pair}: (score,
+    # 16-bit mask code); ties keep the earlier candidate. Also FAST's TBS(4,4) n = 2 search.
     sh0 = p0_5 + p1_5
     ch0 = 204
     sh1 = p0_4 + p1_5
@@ -351,6 +299,66 @@ def transposable24_kernel(
     u = t > best
     best = tl.where(u, t, best)
     code = tl.where(u, ch18 | cl0, code)
+    return best, code
+
+
+@triton.jit
+def transposable24_kernel(
+    w_ptr, m_ptr, n_tile_rows, n_tile_cols, stride_w, stride_m,
+    TR: tl.constexpr, TC: tl.constexpr,
+):
+    pid_r = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    tr = pid_r * TR + tl.arange(0, TR)
+    tc = pid_c * TC + tl.arange(0, TC)
+    col = 4 * tc[:, None] + tl.arange(0, 4)[None, :]
+    inb = (tr < n_tile_rows)[:, None, None] & (tc < n_tile_cols)[None, :, None]
+    row0 = (4 * tr).to(tl.int64)
+    x = tl.load(w_ptr + (row0 + 0)[:, None, None] * stride_w + col[None, :, :], mask=inb, other=0.0)
+    x = tl.reshape(tl.abs(x.to(tl.float32)) * 0.125, (TR, TC, 2, 2))
+    xa, xb = tl.split(x)
+    x00, x02 = tl.split(xa)
+    x01, x03 = tl.split(xb)
+    p0_0 = x00 + x01
+    p0_1 = x00 + x02
+    p0_2 = x00 + x03
+    p0_3 = x01 + x02
+    p0_4 = x01 + x03
+    p0_5 = x02 + x03
+    x = tl.load(w_ptr + (row0 + 1)[:, None, None] * stride_w + col[None, :, :], mask=inb, other=0.0)
+    x = tl.reshape(tl.abs(x.to(tl.float32)) * 0.125, (TR, TC, 2, 2))
+    xa, xb = tl.split(x)
+    x10, x12 = tl.split(xa)
+    x11, x13 = tl.split(xb)
+    p1_0 = x10 + x11
+    p1_1 = x10 + x12
+    p1_2 = x10 + x13
+    p1_3 = x11 + x12
+    p1_4 = x11 + x13
+    p1_5 = x12 + x13
+    x = tl.load(w_ptr + (row0 + 2)[:, None, None] * stride_w + col[None, :, :], mask=inb, other=0.0)
+    x = tl.reshape(tl.abs(x.to(tl.float32)) * 0.125, (TR, TC, 2, 2))
+    xa, xb = tl.split(x)
+    x20, x22 = tl.split(xa)
+    x21, x23 = tl.split(xb)
+    p2_0 = x20 + x21
+    p2_1 = x20 + x22
+    p2_2 = x20 + x23
+    p2_3 = x21 + x22
+    p2_4 = x21 + x23
+    p2_5 = x22 + x23
+    x = tl.load(w_ptr + (row0 + 3)[:, None, None] * stride_w + col[None, :, :], mask=inb, other=0.0)
+    x = tl.reshape(tl.abs(x.to(tl.float32)) * 0.125, (TR, TC, 2, 2))
+    xa, xb = tl.split(x)
+    x30, x32 = tl.split(xa)
+    x31, x33 = tl.split(xb)
+    p3_0 = x30 + x31
+    p3_1 = x30 + x32
+    p3_2 = x30 + x33
+    p3_3 = x31 + x32
+    p3_4 = x31 + x33
+    p3_5 = x32 + x33
+    best, code = transposable_search(p0_0, p0_1, p0_2, p0_3, p0_4, p0_5, p1_0, p1_1, p1_2, p1_3, p1_4, p1_5, p2_0, p2_1, p2_2, p2_3, p2_4, p2_5, p3_0, p3_1, p3_2, p3_3, p3_4, p3_5)
     code = code.to(tl.int32)
     mrow0 = (4 * tr).to(tl.int64)
     y = tl.join(tl.join(((code >> 0) & 1), ((code >> 2) & 1)), tl.join(((code >> 1) & 1), ((code >> 3) & 1)))
