@@ -17,7 +17,8 @@ that design with stand-ins, before any of it is built:
        less than a finalize, which also reads the tile codes)
 
 Each timed as figure3 times FAST (CUDA-graph replay, L2 flushed, median), with % of copy as
-figure3 counts it (two reads and the mask bytes). Only A's masks are valid; A is checked equal to
+figure3 counts it (two reads and the mask bytes); C, a plain copy of as many bytes (read half,
+write half), shows what that share means at this size. Only A's masks are valid; A is checked equal to
 ``flex_mask`` with the same pivot first.
 
     python3 scripts/probes/gpu_probe_split_masks.py
@@ -102,7 +103,11 @@ def probe(model: str, copy: float, cut) -> None:
         main.wait_stream(side)
         run(n_alone)
 
+    half = task_bytes(ws, pattern) // 4  # int16 values: a copy of half the bytes reads and writes the rest
+    src = torch.empty(half, dtype=torch.int16, device="cuda")
+    dst = torch.empty_like(src)
     variants = {
+        "C    copy of the same bytes": lambda: dst.copy_(src),
         "A    FlexMasker (figure3)": lambda: a(check=False),
         "P    pivot alone": lambda: run(pivot_chain),
         "M    masks alone": lambda: run(m._mask_launches),
