@@ -351,7 +351,6 @@ _MAX_WINDOW_ITERS = 255  # blocks a window program reads: its 8-bit counters nev
 _MAX_PAIR_ITERS = 126  # blocks a pair-counting program reads: 18 flushes of 7 (8-bit fields)
 WINDOW_SAMPLE_PROGRAMS = 1024  # grid of the sample's passes (at most; one block of theirs spans 32)
 WINDOW_COUNT_WARPS = 4
-COUNT_PREFETCH = False  # the pair-counting pass's PREFETCH (scripts/probes/gpu_probe_pair_count.py)
 WINDOW_FALLBACK_PROGRAMS = 1024  # grid of the guarded exact passes (idle unless the window missed)
 
 
@@ -421,8 +420,7 @@ def _window_pairs_kernel(
     s1, s2, s3, s4, s5, s6, s7,
     lo_ptr, win_ptr, iters, hist_ptr, state_ptr, k,
     INF_KEY: tl.constexpr, BLOCK: tl.constexpr,
-    SELECT: tl.constexpr = False, IS_BF16: tl.constexpr = True, PREFETCH: tl.constexpr = False,
-    PDL: tl.constexpr = False,
+    SELECT: tl.constexpr = False, IS_BF16: tl.constexpr = True, PDL: tl.constexpr = False,
 ):  # fmt: skip
     # _window_kernel's counts for an 8-key window over int32 words of two 16-bit values each
     # (xi: ni words), with SWAR arithmetic on both halves of a word at once (about 13 integer
@@ -439,8 +437,6 @@ def _window_pairs_kernel(
     #                      (the exact passes then count them).
     # Padding lanes read 0 (key 0): below the window, or in its bin 0 where lo == 0 (taken out).
     # SELECT: the last program runs _select_window (as _window_kernel's SELECT).
-    # PREFETCH: each block's load is issued one block ahead (a register double buffer), so a
-    # program's next load is in flight while it counts the current one; the same counts.
     chain_prologue(PDL)
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
@@ -453,33 +449,16 @@ def _window_pairs_kernel(
     nf = tl.zeros([BLOCK], dtype=tl.int32)
     pad = tl.zeros([], dtype=tl.int64)  # padding words read
     r = tl.arange(0, BLOCK)
-    if PREFETCH:  # block 0 of this program (iters >= 1)
-        g = pid
-        x, n, start = block_slot(
-            g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
-        )
-        offs = (g - start) * BLOCK + r
-        ahead = tl.load(x + offs, mask=offs < n, other=0)
     for c in range(0, iters, 7):  # 7 blocks, then a flush of the 4-bit fields
         acc4 = tl.zeros([BLOCK], dtype=tl.int32)
         for i in range(c, tl.minimum(c + 7, iters)):
-            if PREFETCH:
-                pad += tl.minimum(tl.maximum((g - start + 1) * BLOCK - n, 0), BLOCK)
-                v = ahead & 0x7FFF7FFF
-                g = (i + 1) * nprog + pid  # the next block, loaded now, counted next
-                x, n, start = block_slot(
-                    g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
-                )
-                offs = (g - start) * BLOCK + r  # past the last block (i + 1 == iters): all masked
-                ahead = tl.load(x + offs, mask=offs < n, other=0)
-            else:
-                g = i * nprog + pid  # global block
-                x, n, start = block_slot(
-                    g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
-                )
-                offs = (g - start) * BLOCK + r
-                pad += tl.minimum(tl.maximum((g - start + 1) * BLOCK - n, 0), BLOCK)
-                v = tl.load(x + offs, mask=offs < n, other=0) & 0x7FFF7FFF
+            g = i * nprog + pid  # global block
+            x, n, start = block_slot(
+                g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
+            )
+            offs = (g - start) * BLOCK + r
+            pad += tl.minimum(tl.maximum((g - start + 1) * BLOCK - n, 0), BLOCK)
+            v = tl.load(x + offs, mask=offs < n, other=0) & 0x7FFF7FFF
             nf |= v + add_nf
             u = (v + add_b) ^ -0x7FFF8000  # 0x80008000 as an int32
             below += (u >> 15) & 0x10001
@@ -578,7 +557,6 @@ def window_pivot_launches(
     fuse_select: bool = True,
     fuse_window_select: bool = False,
     pairs_count: bool = True,
-    count_prefetch: bool = COUNT_PREFETCH,
 ) -> list[tuple]:
     """(kernel, grid, arguments, warps) of every launch of the window pivot over the flat int16 views
     ``flats16`` (any number, read in place): the sample's two passes, the counting pass and its
@@ -589,7 +567,6 @@ def window_pivot_launches(
     select. Both need the tensors in one launch (at most ``MAX_TENSORS``; more: separate selects).
     ``pairs_count``: count with ``_window_pairs_kernel`` (two values a word) where every tensor has
     an even size and a 4-byte aligned start and the window has 8 keys; else ``_window_kernel``.
-    ``count_prefetch``: the pair-counting pass loads each block one block ahead (``PREFETCH``).
     ``sample_programs``: the sample's grid (at most; fewer where it has fewer blocks).
     ``counts``: int64 [WINDOW_COUNTS_LEN] of zeros (left zeroed but for NONFINITE, GT, EQ and the
     window's lowest key at LO_AT);
@@ -630,8 +607,7 @@ def window_pivot_launches(
             words = [f.view(torch.int32) for f in g]
             pair_grid = count_programs or 2 * grid
             slots, programs, iters = tensor_slots(words, _MAX_PAIR_ITERS, pair_grid, BLOCK // 2)
-            consts = (inf_key, BLOCK // 2, fuse_window, is_bf16, count_prefetch, False)  # PDL off
-            args = (*slots, lo, win, iters, counts, state, k, *consts)
+            args = (*slots, lo, win, iters, counts, state, k, inf_key, BLOCK // 2, fuse_window, is_bf16, False)  # PDL
             out.append((_window_pairs_kernel, (programs,), args, count_warps))
             continue
         slots, programs, iters = tensor_slots(g, max_iters=_MAX_WINDOW_ITERS, programs=grid)
@@ -655,7 +631,6 @@ def window_pivot(
     fuse_window_select: bool = False,
     pairs_count: bool = True,
     count_programs: int | None = None,
-    count_prefetch: bool = COUNT_PREFETCH,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The window pivot of the k-th largest |w| over 16-bit ``tensors``: (state [pivot, tie share],
     counts [WINDOW_COUNTS_LEN]); a test and benchmark entry point (``FlexMasker`` keeps the launches)."""
@@ -666,7 +641,6 @@ def window_pivot(
     launches = window_pivot_launches(
         flats, counts, state, k, tensors[0].dtype, window=window, fuse_select=fuse_select,
         fuse_window_select=fuse_window_select, pairs_count=pairs_count, count_programs=count_programs,
-        count_prefetch=count_prefetch,
     )  # fmt: skip
     for kernel, grid, args, warps in launches:
         kernel[grid](*args, num_warps=warps)

@@ -12,11 +12,8 @@ Where ``old_flex_tbs4_6672a0d.py`` sits beside this file (``git show
 6672a0d:kernels/ops/_flex_tbs4_triton.py``: two permutation searches, for n = 1 and n = 3), also the
 TBS(4) mask launch alone, old kernel against this checkout's (one search on -|w| for n = 3).
 Record: results/tuning/h100_probe_pair_count.txt (at 7303fb7; the first run, at 4e49dfa, is in git).
-``--prefetch``: only the pair-counting pass with its loads one block ahead (``PREFETCH``) against
-loads when counted: the pass alone in a grid and warp sweep, the chained pivot, and FlexMasker
-whole (results checked equal first). Record: results/tuning/h100_probe_count_prefetch.txt.
 
-    python3 scripts/probes/gpu_probe_pair_count.py [--prefetch]
+    python3 scripts/probes/gpu_probe_pair_count.py
 """
 
 from __future__ import annotations
@@ -160,87 +157,7 @@ def tbs4_masks_part(ws, copy: float, old_path: str) -> None:
         print(f"  TBS(4) masks alone, {label:14s} {t:8.1f} us  {100 * one / t:5.1f}% of its one-read roofline")
 
 
-def prefetch_part(ws, copy: float, sms: int) -> None:
-    """The pair-counting pass with and without PREFETCH: alone, in the chained pivot, in FlexMasker."""
-    flats = [w.view(-1).view(torch.int16) for w in ws]
-    n = sum(f.numel() for f in flats)
-    k = n // 2
-    want_state, want_counts = exact(flats, k)
-    one_read = 2 * n / copy / 1e3
-    print(f"  density 0.5: one read at copy {one_read:.1f} us")
-    for prefetch in (False, True):
-        counts = torch.zeros(pt.WINDOW_COUNTS_LEN, dtype=torch.int64, device="cuda")
-        state = torch.full((2,), float("nan"), device="cuda")
-        raw = pt.window_pivot_launches(flats, counts, state, k, torch.bfloat16, count_prefetch=prefetch)
-        launches = common.chain(raw)
-        run(launches)
-        torch.cuda.synchronize()
-        ok = torch.equal(state.view(torch.int32), want_state.view(torch.int32))
-        ok = ok and torch.equal(counts[pt.NONFINITE : pt.COUNTS_LEN], want_counts)
-        label = f"pivot, PDL, prefetch={prefetch}"
-        if not ok:
-            print(f"    {label:52s} DIFFERS from the exact select: not timed")
-            continue
-        t = time_gpu(functools.partial(run, launches)).ms * 1e3
-        hit = "hit" if int(counts[pt.FLAG_AT]) == 0 else "MISSED"
-        print(f"    {label:52s} {t:8.1f} us  {hit}")
-    counts = torch.zeros(pt.WINDOW_COUNTS_LEN, dtype=torch.int64, device="cuda")
-    state = torch.full((2,), float("nan"), device="cuda")
-    prev = None
-    for programs in (2 * sms, 4 * sms, 8 * sms):
-        for warps in (4, 8):
-            for prefetch in (False, True):
-                raw = pt.window_pivot_launches(
-                    flats, counts, state, k, torch.bfloat16, count_programs=programs, count_warps=warps,
-                    count_prefetch=prefetch,
-                )  # fmt: skip
-                launches = [common.Launch(*x) for x in raw]
-                run(launches[:2])  # the sample: writes the window's lowest key
-                count = [x for x in launches if x.kernel is pt._window_pairs_kernel]
-                counts[pt.WIN_AT : pt.FLAG_AT].zero_()
-                run(count)
-                torch.cuda.synchronize()
-                got = counts[pt.WIN_AT : pt.FLAG_AT].clone()
-                same = prefetch and torch.equal(got, prev)
-                prev = got
-                t = time_gpu(functools.partial(run, count)).ms * 1e3
-                name = f"count pass, {count[0].grid[0]} programs, {warps} warps, prefetch={prefetch}"
-                tag = "" if not prefetch else ("  counts equal" if same else "  COUNTS DIFFER")
-                print(f"    {name:52s} {t:8.1f} us  {100 * one_read / t:5.1f}% of copy{tag}")
-                counts.zero_()
-    print("  FlexMasker whole, the counting pass loading when it counts | one block ahead:")
-    real = pt.window_pivot_launches
-    for pattern in (TBS(4), Vegeta(4), TBS(8)):
-        nbytes = task_bytes(ws, pattern)
-        maskers = []
-        for prefetch in (False, True):
-            pt.window_pivot_launches = functools.partial(real, count_prefetch=prefetch)
-            try:
-                maskers.append(FlexMasker(ws, pattern, 0.5, SEED))
-            finally:
-                pt.window_pivot_launches = real
-        outs = []
-        for m in maskers:
-            for mask in m.masks:
-                mask.fill_(True)
-            outs.append([x.clone() for x in m(check=False)])
-        torch.cuda.synchronize()
-        line = f"  {pattern.name:10s}"
-        if not all(torch.equal(a, b) for a, b in zip(*outs, strict=True)):
-            print(f"{line} masks DIFFER: not timed")
-            continue
-        for label, m in (("load", maskers[0]), ("ahead", maskers[1])):
-            t = time_gpu(lambda m=m: m(check=False)).ms * 1e3
-            line += f"  {label} {t:8.1f} us {100 * nbytes / (t * 1e-6) / 1e9 / copy:5.1f}% of copy"
-        print(line)
-
-
 def main() -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--prefetch", action="store_true", help="only the PREFETCH comparison")
-    args = ap.parse_args()
     copy = measure_ceilings(torch.device("cuda")).copy_gbps
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     import triton
@@ -253,9 +170,6 @@ def main() -> None:
         ws = weights(shapes)
         n = sum(w.numel() for w in ws)
         print(f"\n{model}: {len(ws)} weights, {n / 1e6:.1f}M values, row-scaled bf16")
-        if args.prefetch:
-            prefetch_part(ws, copy, sms)
-            continue
         for density in (0.5, 0.25) if n < 1 << 25 else (0.5,):
             pivot_part(ws, density, copy, sms)
         print("  FlexMasker whole (its defaults), the pivot's counting pass by values or by pairs:")

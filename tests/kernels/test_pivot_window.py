@@ -25,22 +25,14 @@ def _two_pass(ts: list[torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tenso
 
 
 def _check_equal(
-    ts: list[torch.Tensor],
-    k: int,
-    window: int = pt.WINDOW,
-    fuse: bool = True,
-    pairs: bool = True,
-    programs=None,
-    prefetch: bool = pt.COUNT_PREFETCH,
+    ts: list[torch.Tensor], k: int, window: int = pt.WINDOW, fuse: bool = True, pairs: bool = True, programs=None
 ) -> int:
     """Window pivot == two passes (state bit for bit, the three counts); bins and tickets cleared;
     the miss flag. ``fuse``: both selects in the passes' last programs (else both launched; only
-    then, with an 8-key window, even sizes and ``pairs``, the pair-counting pass runs, its loads
-    one block ahead with ``prefetch``)."""
+    then, with an 8-key window, even sizes and ``pairs``, the pair-counting pass runs)."""
     state, counts = pt.window_pivot(
-        ts, k, window, fuse_select=fuse, fuse_window_select=fuse, pairs_count=pairs, count_programs=programs,
-        count_prefetch=prefetch,
-    )  # fmt: skip
+        ts, k, window, fuse_select=fuse, fuse_window_select=fuse, pairs_count=pairs, count_programs=programs
+    )
     want_state, want_counts = _two_pass(ts, k)
     assert torch.equal(state.view(torch.int32), want_state.view(torch.int32)), (k, state, want_state)
     assert counts[pt.NONFINITE : pt.COUNTS_LEN].tolist() == want_counts[pt.NONFINITE :].tolist()
@@ -105,15 +97,13 @@ def test_selects_fold_into_the_passes():
     assert len(many) == 2 * 2 + 2 + 1 + 2 * 2 + 1
 
 
-@pytest.mark.parametrize(
-    ("pairs", "prefetch"), [(True, False), (True, True), (False, False)], ids=["pairs", "pairs-prefetch", "values"]
-)
+@pytest.mark.parametrize("pairs", [True, False], ids=["pairs", "values"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_window_edge_cases(dtype, pairs, prefetch):
+def test_window_edge_cases(dtype, pairs):
     g = torch.Generator().manual_seed(5)
     x = torch.randn(50_000, generator=g).to(dtype)
     for k in (0, 1, 2, x.numel() - 1, x.numel()):
-        _check_equal([x], k, fuse=False, pairs=pairs, prefetch=prefetch)
+        _check_equal([x], k, fuse=False, pairs=pairs)
     state, _ = pt.window_pivot([x], 0)
     assert state.tolist() == [math.inf, 1.0]
     tied = ((torch.randn(60_000, generator=g) * 4).round() / 4).to(dtype)  # few distinct values
@@ -121,19 +111,18 @@ def test_window_edge_cases(dtype, pairs, prefetch):
     for ts in ([tied], [zeros], [tied, zeros]):
         n = sum(t.numel() for t in ts)
         for density in (0.1, 0.5, 0.9):
-            _check_equal(ts, round(density * n), fuse=False, pairs=pairs, prefetch=prefetch)
+            _check_equal(ts, round(density * n), fuse=False, pairs=pairs)
     bad = x.clone()
     bad[[7, 99, 40_000]] = torch.tensor([float("nan"), float("inf"), -float("inf")], dtype=dtype)
-    _check_equal([bad], 25_000, fuse=False, pairs=pairs, prefetch=prefetch)
-    _, counts = pt.window_pivot([bad], 25_000, fuse_select=False, pairs_count=pairs, count_prefetch=prefetch)
+    _check_equal([bad], 25_000, fuse=False, pairs=pairs)
+    _, counts = pt.window_pivot([bad], 25_000, fuse_select=False, pairs_count=pairs)
     assert int(counts[pt.NONFINITE]) == 3
 
 
-@pytest.mark.parametrize("prefetch", [False, True], ids=["load-each", "load-ahead"])
-def test_pair_counting_flushes_and_picks_its_tensors(prefetch):
+def test_pair_counting_flushes_and_picks_its_tensors():
     """The pair-counting pass over many blocks a program (its 4-bit fields flushed every 7 blocks,
-    up to 126 blocks a program), with padding in the window's bin 0 (lo == 0) or below it, its
-    loads issued when counted or one block ahead; odd sizes count with the one-value kernel."""
+    up to 126 blocks a program), with padding in the window's bin 0 (lo == 0) or below it; odd
+    sizes count with the one-value kernel."""
     g = torch.Generator().manual_seed(11)
     long = (0.02 * torch.randn(2 * 2048 * 130 + 6, generator=g)).to(torch.bfloat16)  # 131 blocks of words
     tied = ((torch.randn(2048 * 40, generator=g) * 3).round() / 3).to(torch.bfloat16)
@@ -141,9 +130,9 @@ def test_pair_counting_flushes_and_picks_its_tensors(prefetch):
     for ts in ([long], [tied, long], [small, tied]):
         n = sum(t.numel() for t in ts)
         for density in (0.3, 0.5, 0.95):
-            missed = _check_equal(ts, round(density * n), fuse=False, programs=1, prefetch=prefetch)
+            missed = _check_equal(ts, round(density * n), fuse=False, programs=1)
             assert not (missed and len(ts) == 1 and ts[0] is long), "a smooth weight's window should hold rank k"
-    assert _check_equal([small], 1500, fuse=False, prefetch=prefetch) == 0
+    assert _check_equal([small], 1500, fuse=False) == 0
     counts, state = torch.zeros(pt.WINDOW_COUNTS_LEN, dtype=torch.int64), torch.zeros(2)
     even = [long.view(torch.int16)]
     kernels = [x[0] for x in pt.window_pivot_launches(even, counts, state, 10, torch.bfloat16)]
