@@ -4,7 +4,10 @@ slower at world 2 and 4 than on one GPU (campaign 85d52d1: forward+backward 62 m
 ``repro.tp_step.TPTrainer`` step with eager and with compiled blocks, device time per part, peak
 memory, and on rank 0 the profiler's kernels of one compiled step grouped as NCCL, GEMM and the
 rest (time summed per group) and the top kernels, so the next step (sequence parallel, async TP,
-fewer redistributions) can be chosen on numbers.
+fewer redistributions) can be chosen on numbers. With compiled blocks the step is timed twice:
+with ``TPTrainer``'s optimizer (``ShardAdamW``: AdamW on the local pieces, since session 27) and
+with torch's AdamW over the DTensor parameters (what it replaced: one optimizer per kind of
+parameter, as before).
     torchrun --standalone --nproc-per-node N scripts/probes/gpu_probe_tp_dense_step.py [MODEL]"""
 
 from __future__ import annotations
@@ -30,6 +33,25 @@ def _step_parts(trainer: TPTrainer, tokens: torch.Tensor) -> dict[str, float]:
     for _ in range(STEPS):
         trainer.step(tokens)
     return trainer.times_ms()
+
+
+class _DTensorAdamW:
+    """torch's fused AdamW over the parameters as they are, one optimizer per kind (DTensors of a
+    mesh / plain tensors): ``TPTrainer``'s optimizer before session 27."""
+
+    def __init__(self, params: list, lr: float = 1e-4) -> None:
+        kinds: dict = {}
+        for p in params:
+            kinds.setdefault(getattr(p, "device_mesh", None), []).append(p)
+        self.optimizers = [torch.optim.AdamW(ps, lr=lr, fused=True) for ps in kinds.values()]
+
+    def step(self) -> None:
+        for opt in self.optimizers:
+            opt.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=set_to_none)
 
 
 def _groups(prof) -> tuple[dict[str, float], list[tuple[str, float]]]:
@@ -73,6 +95,17 @@ def main() -> None:
                 + f"  peak {peak:.1f} GiB",
                 flush=True,
             )
+        if compiled and cuda:
+            shard_adamw = trainer.optimizer
+            trainer.optimizer = _DTensorAdamW([p for p in model.parameters() if p.requires_grad])
+            parts = _step_parts(trainer, tokens)
+            if rank == 0:
+                print(
+                    f"{name} world {world} blocks compiled, AdamW on the DTensors: step {parts['step']:.1f} ms "
+                    + " ".join(f"{p} {parts[p]:.1f}" for p in ("fwd_bwd", "optimizer")),
+                    flush=True,
+                )
+            trainer.optimizer = shard_adamw  # the profile below: the step as TPTrainer runs it
         if compiled:
             acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
             with torch.profiler.profile(activities=acts) as prof:
