@@ -12,9 +12,7 @@ Layout (the same code at world 1 and N; world from ``torchrun``):
 - ``build_mesh``: a 2-D ``DeviceMesh`` ("dp", "tp"); tp defaults to the world size.
 - ``parallelize_llama``: per block, ``parallelize_module`` with ``ColwiseParallel`` for q, k, v,
   gate, up and ``RowwiseParallel`` for o, down (Megatron's MLP/attention split: one all-reduce
-  after o and one after down in the forward, likewise in the backward, where ``PrepareModuleInput``
-  makes the attention's and the MLP's input one replicated DTensor so that q, k, v's partial input
-  gradients, and gate and up's, add up before their one all-reduce); a rank then holds
+  after o and one after down in the forward, likewise in the backward); a rank then holds
   heads / tp heads (``repro.models.llama.Attention`` reads the local head count from its input).
   Embedding, norms and the output projection stay replicated plain tensors. With dp > 1 every
   block and then the model get FSDP2's ``fully_shard`` on the "dp" sub-mesh.
@@ -68,13 +66,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.tensor import DTensor, Replicate
-from torch.distributed.tensor.parallel import (
-    ColwiseParallel,
-    PrepareModuleInput,
-    RowwiseParallel,
-    parallelize_module,
-)
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from kernels.ops.flex import flex_mask, flex_mask_reference, needs_pivot, tie_share
 from kernels.ops.flex_torch import masks_of_weight, recompile_limit, regular_table
@@ -159,15 +152,6 @@ def parallelize_llama(model: LlamaModel, mesh: DeviceMesh, *, compile_blocks: bo
     if cfg.heads % tp or cfg.ffn % tp:
         raise ValueError(f"heads ({cfg.heads}) and FFN ({cfg.ffn}) must be divisible by the TP size {tp}")
     plan = {name: ColwiseParallel() for name in COLWISE} | {name: RowwiseParallel() for name in ROWWISE}
-    # the attention's and the MLP's input as one replicated DTensor (as torchtitan's plan), so that
-    # in the backward the column-wise layers' partial input gradients add up locally and are
-    # all-reduced once per module, not once per layer (q, k, v: 3 -> 1; gate, up: 2 -> 1)
-    plan |= {
-        "attn": PrepareModuleInput(
-            input_layouts=(Replicate(), None, None), desired_input_layouts=(Replicate(), None, None)
-        ),
-        "ffn": PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),)),
-    }
     if tp > 1:
         for block in model.layers:
             parallelize_module(block, mesh["tp"], plan)

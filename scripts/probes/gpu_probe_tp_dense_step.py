@@ -7,9 +7,7 @@ rest (time summed per group) and the top kernels, so the next step (sequence par
 fewer redistributions) can be chosen on numbers. With compiled blocks the step is timed twice:
 with ``TPTrainer``'s optimizer (``ShardAdamW``: AdamW on the local pieces, since session 27) and
 with torch's AdamW over the DTensor parameters (what it replaced: one optimizer per kind of
-parameter, as before). ``PROBE_TP_PLAN=per-layer``: the TP plan without the attention's and the MLP's
-``PrepareModuleInput`` (before session 27: q, k, v, gate and up each all-reduced their own input
-gradient, five float32 all-reduces a block in the backward instead of two).
+parameter, as before).
     torchrun --standalone --nproc-per-node N scripts/probes/gpu_probe_tp_dense_step.py [MODEL]"""
 
 from __future__ import annotations
@@ -71,21 +69,7 @@ def _groups(prof) -> tuple[dict[str, float], list[tuple[str, float]]]:
     return groups, sorted(kernels, key=lambda kv: -kv[1])[:15]
 
 
-def _per_layer_plan() -> None:
-    """``parallelize_llama`` without the modules' ``PrepareModuleInput`` (the plan before session 27)."""
-    import repro.tp_step as ts
-
-    real = ts.parallelize_module
-
-    def plan_without_inputs(module, mesh, plan):
-        return real(module, mesh, {k: v for k, v in plan.items() if k not in ("attn", "ffn")})
-
-    ts.parallelize_module = plan_without_inputs
-
-
 def main() -> None:
-    if os.environ.get("PROBE_TP_PLAN") == "per-layer":
-        _per_layer_plan()
     name = sys.argv[1] if len(sys.argv) > 1 else "map-neo-460m"
     cuda = torch.cuda.is_available()  # the CPU (gloo, "smoke" model) only checks that the probe runs
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")

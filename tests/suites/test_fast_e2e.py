@@ -282,35 +282,6 @@ def test_tp_optimizer_on_local_pieces_equals_adamw_on_dtensors(world, tp):
     assert out["rel_to_unsharded"] <= 0.03, out
 
 
-def _comm_worker(rank: int, world: int, tmp: str) -> None:
-    from torch.distributed.tensor.debug import CommDebugMode
-
-    from repro.tp_step import build_mesh, parallelize_llama
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{tmp}/pg", rank=rank, world_size=world)
-    try:
-        model = parallelize_llama(LlamaModel(CFG), build_mesh(torch.device("cpu"), world))
-        counter = CommDebugMode()
-        with counter:
-            model.loss(torch.randint(0, CFG.vocab, (2, CFG.seq_len))).backward()
-        if rank == 0:
-            counts = {str(k): v for k, v in counter.get_comm_counts().items()}
-            Path(tmp, "out.json").write_text(json.dumps(counts))
-    finally:
-        dist.destroy_process_group()
-
-
-def test_tp_block_all_reduces_twice_forward_and_twice_backward():
-    """Megatron's split: per block one all-reduce after o and one after down in the forward, and in
-    the backward one for the attention's input gradient and one for the MLP's (q, k, v's partial
-    gradients, and gate and up's, add up before the one all-reduce; it was 5, not 2)."""
-    with tempfile.TemporaryDirectory(prefix="fast_e2e_comm_") as tmp:
-        mp.start_processes(_comm_worker, args=(2, tmp), nprocs=2, join=True, start_method="spawn")
-        counts = json.loads(Path(tmp, "out.json").read_text())
-    assert counts == {"c10d_functional.all_reduce": 4 * CFG.layers}, counts
-
-
 def test_smoke_profile_through_the_cli(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     env.pop("TRITON_INTERPRET", None)  # the CLI decides per suite, as for a user
