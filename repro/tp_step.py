@@ -12,7 +12,9 @@ Layout (the same code at world 1 and N; world from ``torchrun``):
 - ``build_mesh``: a 2-D ``DeviceMesh`` ("dp", "tp"); tp defaults to the world size.
 - ``parallelize_llama``: per block, ``parallelize_module`` with ``ColwiseParallel`` for q, k, v,
   gate, up and ``RowwiseParallel`` for o, down (Megatron's MLP/attention split: one all-reduce
-  after o and one after down in the forward, likewise in the backward); a rank then holds
+  after o and one after down in the forward; in the backward each column-wise layer all-reduces
+  its own input gradient, five a block, in float32 since RMSNorm's output is float32 under
+  autocast: one per module was slower, ``results/tuning/h100x2_probe_tp_allreduces.txt``); a rank then holds
   heads / tp heads (``repro.models.llama.Attention`` reads the local head count from its input).
   Embedding, norms and the output projection stay replicated plain tensors. With dp > 1 every
   block and then the model get FSDP2's ``fully_shard`` on the "dp" sub-mesh.
