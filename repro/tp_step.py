@@ -84,7 +84,9 @@ __all__ = [
     "MASK_METHODS",
     "FAST_PIVOTS",
     "PARTS",
+    "DTensorAdamW",
     "DistEnv",
+    "ShardAdamW",
     "ShardMasker",
     "TPTrainer",
     "build_mesh",
@@ -221,6 +223,28 @@ class ShardAdamW:
                 p.grad = None
             elif p.grad is not None:
                 p.grad.zero_()
+
+
+class DTensorAdamW:
+    """torch's AdamW over the parameters as they are, one optimizer per kind (DTensors of one mesh,
+    plain tensors: one foreach or fused call may not mix them): ``TPTrainer``'s optimizer before
+    ``ShardAdamW``, kept as the reference the tests compare it with and the probe times it against."""
+
+    def __init__(self, params: list[nn.Parameter], lr: float, fused: bool) -> None:
+        kinds: dict[object, list[nn.Parameter]] = {}
+        for p in params:
+            kinds.setdefault(p.device_mesh if isinstance(p, DTensor) else None, []).append(p)
+        self.optimizers = [
+            torch.optim.AdamW(ps, lr=lr, fused=fused, foreach=None if fused else True) for ps in kinds.values()
+        ]
+
+    def step(self) -> None:
+        for opt in self.optimizers:
+            opt.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=set_to_none)
 
 
 def fast_seed(rank: int, index: int) -> int:

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.getcwd())
 from repro.models.llama import CONFIGS, LlamaModel  # noqa: E402
-from repro.tp_step import TPTrainer, build_mesh, init_distributed, parallelize_llama  # noqa: E402
+from repro.tp_step import DTensorAdamW, TPTrainer, build_mesh, init_distributed, parallelize_llama  # noqa: E402
 from suites.fast_figure3_e2e import SMOKE  # noqa: E402
 
 BATCH, STEPS = 4, 8
@@ -33,25 +33,6 @@ def _step_parts(trainer: TPTrainer, tokens: torch.Tensor) -> dict[str, float]:
     for _ in range(STEPS):
         trainer.step(tokens)
     return trainer.times_ms()
-
-
-class _DTensorAdamW:
-    """torch's fused AdamW over the parameters as they are, one optimizer per kind (DTensors of a
-    mesh / plain tensors): ``TPTrainer``'s optimizer before session 27."""
-
-    def __init__(self, params: list, lr: float = 1e-4) -> None:
-        kinds: dict = {}
-        for p in params:
-            kinds.setdefault(getattr(p, "device_mesh", None), []).append(p)
-        self.optimizers = [torch.optim.AdamW(ps, lr=lr, fused=True) for ps in kinds.values()]
-
-    def step(self) -> None:
-        for opt in self.optimizers:
-            opt.step()
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for opt in self.optimizers:
-            opt.zero_grad(set_to_none=set_to_none)
 
 
 def _groups(prof) -> tuple[dict[str, float], list[tuple[str, float]]]:
@@ -97,7 +78,7 @@ def main() -> None:
             )
         if compiled and cuda:
             shard_adamw = trainer.optimizer
-            trainer.optimizer = _DTensorAdamW([p for p in model.parameters() if p.requires_grad])
+            trainer.optimizer = DTensorAdamW([p for p in model.parameters() if p.requires_grad], 1e-4, fused=True)
             parts = _step_parts(trainer, tokens)
             if rank == 0:
                 print(

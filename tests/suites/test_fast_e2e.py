@@ -197,30 +197,11 @@ def test_tp_step_world4_tensor_parallel():
     _assert_ok(_launch(4, 4, interpret=False, cfg=wide))
 
 
-class _DTensorAdamW:
-    """torch's AdamW over the parameters as they are (DTensors and plain tensors in separate
-    optimizers: one foreach call may not mix them), the optimizer ``ShardAdamW`` replaced."""
-
-    def __init__(self, params: list, lr: float) -> None:
-        kinds: dict = {}
-        for p in params:
-            kinds.setdefault(getattr(p, "device_mesh", None), []).append(p)
-        self.optimizers = [torch.optim.AdamW(ps, lr=lr, foreach=True) for ps in kinds.values()]
-
-    def step(self) -> None:
-        for opt in self.optimizers:
-            opt.step()
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for opt in self.optimizers:
-            opt.zero_grad(set_to_none=set_to_none)
-
-
 def _step_worker(rank: int, world: int, tp: int, tmp: str) -> None:
     """Two dense training steps of the sharded model (``TPTrainer.step``: AdamW on the local pieces)
     against the same steps with torch's AdamW over the DTensor parameters (the optimizer it
     replaces) and against two AdamW steps of the unsharded model on the whole batch."""
-    from repro.tp_step import TPTrainer, build_mesh, parallelize_llama
+    from repro.tp_step import DTensorAdamW, TPTrainer, build_mesh, parallelize_llama
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{tmp}/pg", rank=rank, world_size=world)
@@ -235,7 +216,7 @@ def _step_worker(rank: int, world: int, tp: int, tmp: str) -> None:
             model = parallelize_llama(LlamaModel(CFG), mesh)
             trainer = TPTrainer(model, mesh, "dense", None, every=1, autocast=False, lr=1e-3)
             if dtensor_adamw:
-                trainer.optimizer = _DTensorAdamW(list(model.parameters()), lr=1e-3)
+                trainer.optimizer = DTensorAdamW(list(model.parameters()), lr=1e-3, fused=False)
             for tokens in batches:
                 trainer.step(tokens.view(dp, 2, -1)[mesh.get_local_rank("dp")])
             full = {n: p.full_tensor() if hasattr(p, "full_tensor") else p for n, p in model.named_parameters()}
