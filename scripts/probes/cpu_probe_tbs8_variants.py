@@ -10,6 +10,14 @@ sweep-starts (one sweep on one start; today 4):
   D  the diagonal start only, 2 sweeps                                   2
   E  both starts, 1 sweep each                                           2
   F  the better start, 3 sweeps                                          3
+  Q  x = 8 only: a quadrant start (session 28), the best layout whose four 4x4 quadrants are
+     each regular (a per row and column in the two diagonal quadrants, n - a in the others),
+     every quadrant searched exhaustively (TBS(4)'s searches), no sweep                  0
+  Q4 the best of Q on four halvings of the rows and columns (contiguous / even-odd)      0
+  Qs1, Q4s1: Q / Q4, then one sweep                                                        1
+A quadrant structure costs about what TBS(4)'s searches cost on 64 values for every a (about
+35 instructions a value; Q4 four times that), against about 3 for a permutation start; Q and Q4
+are not in sweep-start units.
 Retained |w| over the exact optimum (``kernels.ops.tbs_exact``, the LP), mean per configuration n,
 |N(0,1)| tiles and tiles with exp(N(0,1)) row and column scales; the issue's bar: >= 99% overall,
 >= 97% in the worst n. Record: results/tuning/cpu_probe_tbs8_variants.txt.
@@ -20,6 +28,7 @@ Retained |w| over the exact optimum (``kernels.ops.tbs_exact``, the LP), mean pe
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
 
@@ -41,8 +50,60 @@ def _better(a: tuple, b: tuple) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(pick[:, None, None], b[0], a[0]), torch.where(pick, b[1], a[1])
 
 
+def _regular4(a: int) -> torch.Tensor:
+    """Every 4x4 bool layout with a kept per row and per column."""
+    out = []
+    for rows in itertools.product(itertools.combinations(range(4), a), repeat=4):
+        m = torch.zeros(4, 4, dtype=torch.bool)
+        for i, r in enumerate(rows):
+            m[i, list(r)] = True
+        if (m.sum(0) == a).all():
+            out.append(m)
+    return torch.stack(out)
+
+
+REGULAR4 = {a: _regular4(a) for a in range(5)}
+HALVES = (torch.arange(8), torch.tensor([0, 2, 4, 6, 1, 3, 5, 7]))
+
+
+def _quadrants(t: torch.Tensor, n: int, rows: torch.Tensor, cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The best x = 8 layout whose quadrants (rows and columns split into the halves given by the
+    orders ``rows``, ``cols``) are each regular: a in the diagonal quadrants, n - a in the others."""
+    u = t[:, rows][:, :, cols]
+    best = total = None
+    for a in range(max(0, n - 4), min(4, n) + 1):
+        lay = torch.zeros(t.shape, dtype=torch.bool)
+        tot = torch.zeros(t.shape[0])
+        for ri, ci, k in ((0, 0, a), (0, 1, n - a), (1, 0, n - a), (1, 1, a)):
+            q = u[:, 4 * ri : 4 * ri + 4, 4 * ci : 4 * ci + 4]
+            v, i = torch.einsum("tij,lij->tl", q, REGULAR4[k].float()).max(1)
+            lay[:, 4 * ri : 4 * ri + 4, 4 * ci : 4 * ci + 4] = REGULAR4[k][i]
+            tot = tot + v
+        if best is None:
+            best, total = lay, tot
+        else:
+            best, total = _better((best, total), (lay, tot))
+    out = torch.zeros_like(best)
+    out[:, rows[:, None], cols[None, :]] = best
+    return out, total
+
+
+def _quadrant_start(t: torch.Tensor, n: int, halvings: int) -> tuple[torch.Tensor, torch.Tensor]:
+    orders = [(r, c) for r in HALVES for c in HALVES][:halvings]
+    best = _quadrants(t, n, *orders[0])
+    for r, c in orders[1:]:
+        best = _better(best, _quadrants(t, n, r, c))
+    return best
+
+
 def variant(name: str, t: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     t = t.float()
+    if name.startswith("Q"):
+        layout, total = _quadrant_start(t, int(n[0]), 4 if name.startswith("Q4") else 1)
+        if name.endswith("s1"):
+            layout = layout.clone()
+            _swap_sweeps(t, layout, total.clone(), 1)
+        return layout
     if name == "A":
         return _better(_start(t, n, False, 2), _start(t, n, True, 2))[0]
     if name in ("B", "F"):
@@ -63,7 +124,7 @@ def variant(name: str, t: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     raise ValueError(name)
 
 
-WORK = {"A": 4, "B": 2, "C": 3, "D": 2, "E": 2, "F": 3}
+WORK = {"A": 4, "B": 2, "C": 3, "D": 2, "E": 2, "F": 3, "Q": 0, "Q4": 0, "Qs1": 1, "Q4s1": 1}
 
 
 def main() -> None:
@@ -82,9 +143,15 @@ def main() -> None:
                     t = t * torch.randn(tiles, x, 1, generator=g).exp() * torch.randn(tiles, 1, x, generator=g).exp()
                 best = torch.stack([(t[k].double() * tbs_select_exact(t[k], n)).sum() for k in range(tiles)])
                 nn = torch.full((tiles,), n)
-                per_n[n] = {v: float(((t.double() * variant(v, t, nn)).sum((1, 2)) / best).mean()) for v in WORK}
+                per_n[n] = {
+                    v: float(((t.double() * variant(v, t, nn)).sum((1, 2)) / best).mean())
+                    for v in WORK
+                    if x == 8 or not v.startswith("Q")
+                }
             print(f"\nx = {x}, {'scaled' if scaled else 'plain'} tiles ({tiles} per n)")
             for v, work in WORK.items():
+                if v.startswith("Q") and x != 8:
+                    continue
                 vals = [per_n[n][v] for n in per_n]
                 overall, worst = sum(vals) / len(vals), min(vals)
                 ok = "meets" if overall >= 0.99 and worst >= 0.97 else "FAILS"
