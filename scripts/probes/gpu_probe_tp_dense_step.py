@@ -7,7 +7,10 @@ rest (time summed per group) and the top kernels, so the next step (sequence par
 fewer redistributions) can be chosen on numbers. With compiled blocks the step is timed twice:
 with ``TPTrainer``'s optimizer (``ShardAdamW``: AdamW on the local pieces, since session 27) and
 with torch's AdamW over the DTensor parameters (what it replaced: one optimizer per kind of
-parameter, as before).
+parameter, as before). Then (session 28) the compiled step once more with each column-wise
+layer's input cast to bf16 before the TP plan's redistribution (a forward pre-hook run first):
+the forward is the same (autocast casts that input to bf16 anyway), but each of the five
+input-gradient all-reduces of a block runs in bf16 instead of float32.
     torchrun --standalone --nproc-per-node N scripts/probes/gpu_probe_tp_dense_step.py [MODEL]"""
 
 from __future__ import annotations
@@ -20,7 +23,14 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.getcwd())
 from repro.models.llama import CONFIGS, LlamaModel  # noqa: E402
-from repro.tp_step import DTensorAdamW, TPTrainer, build_mesh, init_distributed, parallelize_llama  # noqa: E402
+from repro.tp_step import (  # noqa: E402
+    COLWISE,
+    DTensorAdamW,
+    TPTrainer,
+    build_mesh,
+    init_distributed,
+    parallelize_llama,
+)
 from suites.fast_figure3_e2e import SMOKE  # noqa: E402
 
 BATCH, STEPS = 4, 8
@@ -33,6 +43,19 @@ def _step_parts(trainer: TPTrainer, tokens: torch.Tensor) -> dict[str, float]:
     for _ in range(STEPS):
         trainer.step(tokens)
     return trainer.times_ms()
+
+
+def _to_bf16(module: torch.nn.Module, args: tuple) -> tuple:
+    return (args[0].to(torch.bfloat16), *args[1:])
+
+
+def cast_colwise_inputs(model: LlamaModel) -> None:
+    """Cast each column-wise layer's input to bf16 before its TP input hook (``prepend``), so its
+    input gradient is all-reduced in bf16."""
+    for block in model.layers:
+        inner = getattr(block, "_orig_mod", block)
+        for name in COLWISE:
+            inner.get_submodule(name).register_forward_pre_hook(_to_bf16, prepend=True)
 
 
 def _groups(prof) -> tuple[dict[str, float], list[tuple[str, float]]]:
@@ -61,22 +84,28 @@ def main() -> None:
     mesh = build_mesh(device)
     cfg = SMOKE if name == "smoke" else CONFIGS[name]
     tokens = torch.randint(0, cfg.vocab, (BATCH, cfg.seq_len), generator=torch.Generator().manual_seed(1)).to(device)
-    for compiled in (False, True):
+    for compiled, bf16_in in ((False, False), (True, False), (True, True)):
+        if bf16_in and not cuda:  # no autocast on the CPU: a bf16 input would meet float32 weights
+            continue
         torch.manual_seed(0)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         model = parallelize_llama(LlamaModel(cfg, device=device), mesh, compile_blocks=compiled and cuda)
+        if bf16_in:
+            cast_colwise_inputs(model)
         trainer = TPTrainer(model, mesh, "dense", None, 1)
+        first = float(trainer.step(tokens))
         parts = _step_parts(trainer, tokens)
         peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan")
+        label = ("compiled" if compiled else "eager   ") + (", bf16 column-wise inputs" if bf16_in else "")
         if rank == 0:
             print(
-                f"{name} world {world} blocks {'compiled' if compiled else 'eager   '}: step {parts['step']:.1f} ms "
+                f"{name} world {world} blocks {label}: first loss {first:.6f}, step {parts['step']:.1f} ms "
                 + " ".join(f"{p} {parts[p]:.1f}" for p in ("fwd_bwd", "optimizer"))
                 + f"  peak {peak:.1f} GiB",
                 flush=True,
             )
-        if compiled and cuda:
+        if compiled and cuda and not bf16_in:
             shard_adamw = trainer.optimizer
             trainer.optimizer = DTensorAdamW([p for p in model.parameters() if p.requires_grad], 1e-4, fused=True)
             parts = _step_parts(trainer, tokens)
