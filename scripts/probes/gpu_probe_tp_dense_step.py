@@ -8,7 +8,8 @@ fewer redistributions) can be chosen on numbers. With compiled blocks the step i
 with ``TPTrainer``'s optimizer (``ShardAdamW``: AdamW on the local pieces, since session 27) and
 with torch's AdamW over the DTensor parameters (what it replaced: one optimizer per kind of
 parameter, as before). Then (session 28) the compiled step once more with each column-wise
-layer's input cast to bf16 before the TP plan's redistribution (a forward pre-hook run first):
+layer's input cast to bf16 before the TP plan's redistribution (a forward pre-hook on the
+attention and the MLP):
 the forward is the same (autocast casts that input to bf16 anyway), but each of the five
 input-gradient all-reduces of a block runs in bf16 instead of float32.
     torchrun --standalone --nproc-per-node N scripts/probes/gpu_probe_tp_dense_step.py [MODEL]"""
@@ -50,12 +51,14 @@ def _to_bf16(module: torch.nn.Module, args: tuple) -> tuple:
 
 
 def cast_colwise_inputs(model: LlamaModel) -> None:
-    """Cast each column-wise layer's input to bf16 before its TP input hook (``prepend``), so its
-    input gradient is all-reduced in bf16."""
+    """Cast the input of each block's attention and MLP (the modules that hold the column-wise
+    layers) to bf16, so each column-wise layer's TP input hook sees bf16 and its input gradient is
+    all-reduced in bf16. (A hook on the layers themselves, put before the TP hook with
+    ``prepend=True``, broke dynamo's guards on the TP hook's closure: torch 2.11.)"""
     for block in model.layers:
         inner = getattr(block, "_orig_mod", block)
-        for name in COLWISE:
-            inner.get_submodule(name).register_forward_pre_hook(_to_bf16, prepend=True)
+        for name in {c.split(".")[0] for c in COLWISE}:
+            inner.get_submodule(name).register_forward_pre_hook(_to_bf16)
 
 
 def _groups(prof) -> tuple[dict[str, float], list[tuple[str, float]]]:
