@@ -10,6 +10,8 @@ sweep-starts (one sweep on one start; today 4):
   D  the diagonal start only, 2 sweeps                                   2
   E  both starts, 1 sweep each                                           2
   F  the better start, 3 sweeps                                          3
+  G  the better start by its permutation total, 1 sweep (session 28)     1
+  H  the diagonal start only, 1 sweep (session 28)                       1
   Q  x = 8 only: a quadrant start (session 28), the best layout whose four 4x4 quadrants are
      each regular (a per row and column in the two diagonal quadrants, n - a in the others),
      every quadrant searched exhaustively (TBS(4)'s searches), no sweep                  0
@@ -106,11 +108,13 @@ def variant(name: str, t: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         return layout
     if name == "A":
         return _better(_start(t, n, False, 2), _start(t, n, True, 2))[0]
-    if name in ("B", "F"):
+    if name == "H":
+        return _start(t, n, False, 1)[0]
+    if name in ("B", "F", "G"):
         d, a = _permutation_start(t, n, False), _permutation_start(t, n, True)
         layout, total = _better(d, a)
         layout = layout.clone()
-        _swap_sweeps(t, layout, total.clone(), 2 if name == "B" else 3)
+        _swap_sweeps(t, layout, total.clone(), {"B": 2, "F": 3, "G": 1}[name])
         return layout
     if name == "C":
         layout, total = _better(_start(t, n, False, 1), _start(t, n, True, 1))
@@ -124,7 +128,7 @@ def variant(name: str, t: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     raise ValueError(name)
 
 
-WORK = {"A": 4, "B": 2, "C": 3, "D": 2, "E": 2, "F": 3, "Q": 0, "Q4": 0, "Qs1": 1, "Q4s1": 1}
+WORK = {"A": 4, "B": 2, "C": 3, "D": 2, "E": 2, "F": 3, "G": 1, "H": 1, "Q": 0, "Q4": 0, "Qs1": 1, "Q4s1": 1}
 
 
 def main() -> None:
