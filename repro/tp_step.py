@@ -368,8 +368,14 @@ class ShardMasker:
             self._radix.pivot()
             return self._radix.read()  # one host read; NaN/Inf on any rank raises on every rank
         if self.method == "fast":
-            p = find_pivot_stats(self.pieces, self.density, "gaussian", self.group, check_finite=False).pivot
-            counts = count_above_and_at(self.pieces, p)
+            # one buffer of |w| for the search and the counts: fed the pieces themselves (168 at
+            # 460M) the search cast and joined them again in every round and the counts took
+            # seven launches a piece (65 ms a regeneration on an H100, mostly host launches:
+            # results/tuning/h100_probe_gaussian_pivot.txt); the same multiset, so the same pivot
+            mags = torch.cat([w.reshape(-1) for w in self.pieces]).abs_()
+            p = find_pivot_stats([mags], self.density, "gaussian", self.group, check_finite=False).pivot
+            counts = count_above_and_at([mags], p)
+            del mags
             if self.group is not None:
                 dist.all_reduce(counts, group=self.group)
             gt, eq = counts.tolist()

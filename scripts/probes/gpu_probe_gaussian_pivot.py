@@ -1,9 +1,11 @@
 """GPU probe (device tool, one GPU): where FAST's distribution-aware (gaussian) pivot spends its
 48-64 ms per regeneration in fast_figure3_e2e at MAP-NEO 460M (campaign 865a540), against about
-1.5 ms to read the model's float32 sparse weights three times. Times ``ShardMasker.pivot()`` for
-method "fast" (the search, then the counts for the tie share) as ``TPTrainer`` builds it, host
-clock around a synchronised call, and profiles one call: CPU ops by self time, CUDA kernels by
-device time, and the number of device-to-host reads.
+1.5 ms to read the model's float32 sparse weights three times. Times the pivot of ``ShardMasker``
+for method "fast" (the search, then the counts for the tie share) as ``TPTrainer`` builds it, host
+clock around a synchronised call: the former call on the pieces themselves beside
+``ShardMasker.pivot``, which since session 28 joins the pieces' |w| into one buffer first; checks
+that both give the same pivot and tie share, and profiles the new one (CPU ops by self time, CUDA
+kernels by device time, device-to-host reads).
     python3 scripts/probes/gpu_probe_gaussian_pivot.py [MODEL]"""
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ sys.path.insert(0, os.getcwd())
 from kernels.ops.patterns import parse_pattern  # noqa: E402
 from kernels.ops.pivot import find_pivot_stats  # noqa: E402
 from repro.models.llama import CONFIGS, LlamaModel  # noqa: E402
-from repro.tp_step import ShardMasker  # noqa: E402
+from repro.tp_step import ShardMasker, count_above_and_at  # noqa: E402
 from suites.fast_figure3_e2e import SMOKE  # noqa: E402
 
 
@@ -47,9 +49,18 @@ def main() -> None:
     n = sum(w.numel() for w in weights)
     masker = ShardMasker(weights, "fast", parse_pattern("TBS(4)"), 0.5, None)
     print(f"{name}: {len(weights)} sparse weights, {n / 1e6:.1f}M float32 values on {device}", flush=True)
-    masker.pivot()
+
+    def former() -> tuple[float, float]:
+        p = find_pivot_stats(masker.pieces, 0.5, "gaussian", None, check_finite=False).pivot
+        gt, eq = count_above_and_at(masker.pieces, p).tolist()
+        return p, 1.0 if eq == 0 else min(1.0, max(0.0, (masker.k - gt) / eq))
+
+    same = former() == masker.pivot()
+    print(f"the pieces (former) and one buffer (ShardMasker.pivot) give the same pivot and tie share: {same}")
+    ms = _timed(former, 5)
+    print(f"former: search and counts over the pieces: median {statistics.median(ms):.1f} ms", flush=True)
     ms = _timed(masker.pivot, 5)
-    print(f"ShardMasker.pivot (search + tie counts): median {statistics.median(ms):.1f} ms of {ms}", flush=True)
+    print(f"ShardMasker.pivot (one buffer: search + tie counts): median {statistics.median(ms):.1f} ms", flush=True)
     res = find_pivot_stats(masker.pieces, 0.5, "gaussian", None, check_finite=False)
     print(f"  rounds {res.rounds}, candidates gathered {res.candidates}", flush=True)
     ms = _timed(lambda: find_pivot_stats(masker.pieces, 0.5, "gaussian", None, check_finite=False), 5)
