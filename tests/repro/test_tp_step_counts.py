@@ -40,6 +40,7 @@ def test_gathered_pivot_equals_pivot_and_tie(monkeypatch, chunk, frac):
 def test_fast_pivot_over_one_buffer_equals_pivot_over_the_pieces(density):
     """ShardMasker's FAST pivot searches one buffer of |w|: the same pivot and tie share as the
     search and the counts over the pieces themselves, on bf16-valued weights (many ties)."""
+    from kernels.ops.flex import tie_share
     from kernels.ops.patterns import parse_pattern
     from kernels.ops.pivot import find_pivot_stats
 
@@ -48,9 +49,6 @@ def test_fast_pivot_over_one_buffer_equals_pivot_over_the_pieces(density):
     masker = tp_step.ShardMasker(ws, "fast", parse_pattern("TBS(4)"), density, None)
     got = masker.pivot()
     p = find_pivot_stats(ws, density, "gaussian", None, check_finite=False).pivot
-    gt, eq = tp_step.count_above_and_at(ws, p).tolist()
-    k = round(density * sum(w.numel() for w in ws))
-    want = (p, 1.0 if eq == 0 else min(1.0, max(0.0, (k - gt) / eq)))
-    assert got == want
+    assert got == (p, tie_share(ws, p, density))
     assert all(w.dtype == torch.float32 for w in ws)  # the pieces are untouched (abs on a copy)
     assert bool((ws[0] < 0).any())
