@@ -71,6 +71,8 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
+from kernels.ops._pivot_gaussian_triton import above_and_at_triton
+from kernels.ops.common import use_triton
 from kernels.ops.flex import flex_mask, flex_mask_reference, needs_pivot, tie_share
 from kernels.ops.flex_torch import masks_of_weight, recompile_limit, regular_table
 from kernels.ops.nm_mask import nm_mask, nm_mask_reference
@@ -368,14 +370,15 @@ class ShardMasker:
             self._radix.pivot()
             return self._radix.read()  # one host read; NaN/Inf on any rank raises on every rank
         if self.method == "fast":
-            # one buffer of |w| for the search and the counts: fed the pieces themselves (168 at
-            # 460M) the search cast and joined them again in every round and the counts took
-            # seven launches a piece (65 ms a regeneration on an H100, mostly host launches:
-            # results/tuning/h100_probe_gaussian_pivot.txt); the same multiset, so the same pivot
-            mags = torch.cat([w.reshape(-1) for w in self.pieces]).abs_()
-            p = find_pivot_stats([mags], self.density, "gaussian", self.group, check_finite=False).pivot
-            counts = count_above_and_at([mags], p)
-            del mags
+            # one buffer of the pieces for the search and the counts: fed the pieces themselves
+            # (168 at 460M) the search cast and joined them again in every round and the counts
+            # took seven launches a piece (65 ms a regeneration on an H100, mostly host launches:
+            # results/tuning/h100_probe_gaussian_pivot.txt); the same multiset, so the same pivot.
+            # Signed: the search's passes and the counts take |w| as they read (Triton on CUDA)
+            flat = torch.cat([w.reshape(-1) for w in self.pieces])
+            p = find_pivot_stats([flat], self.density, "gaussian", self.group, check_finite=False).pivot
+            counts = above_and_at_triton(flat, p) if use_triton(flat) else count_above_and_at([flat], p)
+            del flat
             if self.group is not None:
                 dist.all_reduce(counts, group=self.group)
             gt, eq = counts.tolist()

@@ -44,6 +44,7 @@ from statistics import NormalDist
 import torch
 import torch.distributed as dist
 
+from kernels.ops._pivot_gaussian_triton import bin_counts_ge_triton, compact_between_triton
 from kernels.ops.common import FLOAT_DTYPES, check_same_device, check_tensor, use_triton
 
 __all__ = ["METHODS", "PivotResult", "find_pivot", "find_pivot_stats", "kth_largest"]
@@ -128,10 +129,11 @@ class _Values:
         self.flats = flats
         self.is_abs = is_abs
 
-    def chunks(self) -> Iterator[torch.Tensor]:
+    def chunks(self, raw: bool = False) -> Iterator[torch.Tensor]:
         """Chunks of at most ``_CHUNK`` values; on CUDA, small tensors are joined into one chunk
         (a model's hundreds of weights would otherwise cost every pass hundreds of launches and,
-        in ``compact``, a host sync each)."""
+        in ``compact``, a host sync each). ``raw``: the values as stored (signed, their dtype),
+        for passes that take |w| themselves; otherwise float32 |w|."""
         group: list[torch.Tensor] = []
         size = 0
         for t in self.flats:
@@ -139,28 +141,38 @@ class _Values:
             for i in range(0, t.numel(), step):
                 c = t[i : i + step]
                 if c.device.type not in _JOINED_DEVICES:
-                    yield self._mags(c)
+                    yield c if raw else self._mags(c)
                     continue
                 if group and size + c.numel() > step:
-                    yield self._joined(group)
+                    yield self._joined(group, raw)
                     group, size = [], 0
                 group.append(c)
                 size += c.numel()
         if group:
-            yield self._joined(group)
+            yield self._joined(group, raw)
 
     def _mags(self, c: torch.Tensor) -> torch.Tensor:
         # abs before the cast: exact in fp16/bf16, and the narrow pass is cheaper
         return c if self.is_abs else c.abs().float()
 
-    def _joined(self, group: list[torch.Tensor]) -> torch.Tensor:
-        return self._mags(group[0]) if len(group) == 1 else torch.cat([self._mags(c) for c in group])
+    def _joined(self, group: list[torch.Tensor], raw: bool = False) -> torch.Tensor:
+        if len(group) == 1:
+            return group[0] if raw else self._mags(group[0])
+        return torch.cat(group) if raw else torch.cat([self._mags(c) for c in group])
 
     def compact(self, keep) -> _Values:
         """The values for which ``keep(chunk)`` (a bool mask) holds, as one float32 tensor."""
         parts = [c[keep(c)] for c in self.chunks()]
         dev = self.flats[0].device
         return _Values([torch.cat(parts) if parts else torch.empty(0, device=dev)], is_abs=True)
+
+    def compact_between(self, lo: int, hi: int, cap: int) -> _Values:
+        """The |w| in [lo, hi) (float32 bit patterns) as one float32 tensor, in no defined order;
+        ``cap`` bounds their number (a global count). With Triton, one pass that writes only them."""
+        if not use_triton(self.flats[0]):
+            l_f, h_f = _bits_f32(lo), _bits_f32(hi)
+            return self.compact(lambda c: (c >= l_f) & (c < h_f))
+        return _Values([compact_between_triton(self.chunks(raw=True), lo, hi, cap, self.flats[0].device)], is_abs=True)
 
 
 def _bin_counts(idx: torch.Tensor, nbins: int) -> torch.Tensor:
@@ -355,11 +367,18 @@ def _count_ge(values: _Values, edges: list[int], comm: _Comm) -> list[int]:
     """#(|w| >= e) over all ranks for every edge e (float32 bits, increasing): one all-reduce of
     the counts per bin [e_j, e_j+1) plus the count above the last edge."""
     device = values.flats[0].device
-    e = torch.tensor(edges, dtype=torch.int32).view(torch.float32).to(device)
-    hist = torch.zeros(len(edges) + 1, dtype=torch.int64, device=device)
-    for c in values.chunks():
-        hist += _bin_counts(torch.bucketize(c, e, right=True, out_int32=True), len(edges) + 1)
-    counts = comm.all_reduce(hist[1:].contiguous()).tolist()
+    if use_triton(values.flats[0]):  # one read of the stored values a chunk, no |w| copy
+        e_bits = torch.tensor(edges, dtype=torch.int32).to(device)
+        hist = torch.zeros(len(edges), dtype=torch.int64, device=device)
+        for c in values.chunks(raw=True):
+            hist += bin_counts_ge_triton(c, e_bits)
+    else:
+        e = torch.tensor(edges, dtype=torch.int32).view(torch.float32).to(device)
+        hist = torch.zeros(len(edges) + 1, dtype=torch.int64, device=device)
+        for c in values.chunks():
+            hist += _bin_counts(torch.bucketize(c, e, right=True, out_int32=True), len(edges) + 1)
+        hist = hist[1:].contiguous()
+    counts = comm.all_reduce(hist).tolist()
     ge, acc = [0] * len(edges), 0
     for j in range(len(edges) - 1, -1, -1):
         acc += counts[j]
@@ -373,8 +392,9 @@ def _gaussian(
     device = flats[0].device
     values = _Values(flats)
     sums = torch.zeros(2, dtype=torch.float64, device=device)
-    for c in values.chunks():  # float64 accumulation (squares of float32 cannot overflow there)
-        sums += torch.stack([c.sum(dtype=torch.float64), torch.linalg.vector_norm(c, dtype=torch.float64).square()])
+    for c in values.chunks(raw=True):  # float64 accumulation (squares of float32 cannot overflow there)
+        norms = [torch.linalg.vector_norm(c, p, dtype=torch.float64) for p in (1, 2)]
+        sums += torch.stack([norms[0], norms[1].square()])
     n_local = torch.tensor([float(sum(t.numel() for t in flats))], dtype=torch.float64, device=device)
     n_f, s1, s2 = comm.all_reduce(torch.cat([n_local, sums])).tolist()
     n = int(n_f)
@@ -410,8 +430,7 @@ def _gaussian(
             if c < k and e < hi:
                 hi, c_hi = e, c
         if c_lo - c_hi <= work_n // 4:  # stream only the interval from now on
-            l_f, h_f = _bits_f32(lo), _bits_f32(hi)
-            values = values.compact(lambda c, l_f=l_f, h_f=h_f: (c >= l_f) & (c < h_f))
+            values = values.compact_between(lo, hi, c_lo - c_hi)
             work_n, offset = c_lo - c_hi, c_hi
         # the next split: by the fit, unless this round failed to halve the interval
         edges = _gauss_edges(lo, hi, bins, sigma) if 2 * (hi - lo) <= width else None
@@ -423,8 +442,7 @@ def _gather_select(
 ) -> PivotResult:
     """All-gather the ``inside`` values in [lo, hi) (padded to ``inside`` per rank) and take the
     ``rank``-th largest of them."""
-    l_f, h_f = _bits_f32(lo), _bits_f32(hi)
-    local = values.compact(lambda c: (c >= l_f) & (c < h_f)).flats[0]
+    local = values.compact_between(lo, hi, inside).flats[0]
     if local.numel() > inside:
         raise RuntimeError("pivot search: local candidates exceed the global count (ranks disagree?)")
     send = torch.full((inside,), -1.0, dtype=torch.float32, device=local.device)

@@ -1,11 +1,16 @@
 """GPU probe (device tool, one GPU): where FAST's distribution-aware (gaussian) pivot spends its
-48-64 ms per regeneration in fast_figure3_e2e at MAP-NEO 460M (campaign 865a540), against about
-1.5 ms to read the model's float32 sparse weights three times. Times the pivot of ``ShardMasker``
-for method "fast" (the search, then the counts for the tie share) as ``TPTrainer`` builds it, host
-clock around a synchronised call: the former call on the pieces themselves beside
-``ShardMasker.pivot``, which since session 28 joins the pieces' |w| into one buffer first; checks
-that both give the same pivot and tie share, and profiles the new one (CPU ops by self time, CUDA
-kernels by device time, device-to-host reads).
+time per regeneration in fast_figure3_e2e at MAP-NEO 460M, against about 0.45 ms to read the
+model's float32 sparse weights once. Times the pivot of ``ShardMasker`` for method "fast" (the
+search, then the counts for the tie share) as ``TPTrainer`` builds it, host clock around a
+synchronised call, beside:
+- session 28's call (3259593): one buffer of |w| (``abs_``), the search's passes in torch
+  (bucketize + histc counts, boolean-mask compaction; ``use_triton`` patched off in
+  ``kernels.ops.pivot``), the tie share's counts by ``count_above_and_at``;
+- the pieces themselves (the call before 3259593);
+- RadixPivot (fast_figure3_e2e's ``fast_radix``) for scale.
+Checks that all give the same pivot and tie share, times the Triton bin-count pass alone against a
+copy of the same buffer (CUDA events, median), and profiles the new call (CPU ops by self time,
+CUDA kernels by device time, device-to-host reads).
     python3 scripts/probes/gpu_probe_gaussian_pivot.py [MODEL]"""
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import time
 import torch
 
 sys.path.insert(0, os.getcwd())
+import kernels.ops.pivot as pivot_mod  # noqa: E402
+from kernels.ops._pivot_gaussian_triton import bin_counts_ge_triton  # noqa: E402
 from kernels.ops.patterns import parse_pattern  # noqa: E402
 from kernels.ops.pivot import find_pivot_stats  # noqa: E402
 from repro.models.llama import CONFIGS, LlamaModel  # noqa: E402
@@ -50,23 +57,60 @@ def main() -> None:
     masker = ShardMasker(weights, "fast", parse_pattern("TBS(4)"), 0.5, None)
     print(f"{name}: {len(weights)} sparse weights, {n / 1e6:.1f}M float32 values on {device}", flush=True)
 
-    def former() -> tuple[float, float]:
-        p = find_pivot_stats(masker.pieces, 0.5, "gaussian", None, check_finite=False).pivot
-        gt, eq = count_above_and_at(masker.pieces, p).tolist()
+    def share(p: float, counts: torch.Tensor) -> tuple[float, float]:
+        gt, eq = counts.tolist()
         return p, 1.0 if eq == 0 else min(1.0, max(0.0, (masker.k - gt) / eq))
 
-    same = former() == masker.pivot()
-    print(f"the pieces (former) and one buffer (ShardMasker.pivot) give the same pivot and tie share: {same}")
-    ms = _timed(former, 5)
-    print(f"former: search and counts over the pieces: median {statistics.median(ms):.1f} ms", flush=True)
-    ms = _timed(masker.pivot, 5)
-    print(f"ShardMasker.pivot (one buffer: search + tie counts): median {statistics.median(ms):.1f} ms", flush=True)
+    def pieces() -> tuple[float, float]:  # before 3259593
+        p = find_pivot_stats(masker.pieces, 0.5, "gaussian", None, check_finite=False).pivot
+        return share(p, count_above_and_at(masker.pieces, p))
+
+    def torch_passes() -> tuple[float, float]:  # 3259593 (session 28)
+        mags = torch.cat([w.reshape(-1) for w in masker.pieces]).abs_()
+        saved = pivot_mod.use_triton
+        pivot_mod.use_triton = lambda t: False
+        try:
+            p = find_pivot_stats([mags], 0.5, "gaussian", None, check_finite=False).pivot
+        finally:
+            pivot_mod.use_triton = saved
+        return share(p, count_above_and_at([mags], p))
+
+    radix = ShardMasker(weights, "fast", parse_pattern("TBS(4)"), 0.5, None, fast_pivot="radix")
+    new = masker.pivot()
+    same = {"pieces": pieces() == new, "torch passes": torch_passes() == new}
+    r = radix.pivot()
+    same["RadixPivot"] = (float(r[0]), float(r[1])) == (new[0], new[1])
+    print(f"pivot {new[0]!r}, tie share {new[1]!r}; the same from: {same}", flush=True)
+    for name_, fn, reps in (
+        ("ShardMasker.pivot (Triton passes, session 29)", masker.pivot, 7),
+        ("one |w| buffer, torch passes (3259593)", torch_passes, 5),
+        ("the pieces, torch passes (before 3259593)", pieces, 3),
+        ("RadixPivot (fast_radix)", radix.pivot, 7),
+    ):
+        ms = _timed(fn, reps)
+        print(f"{name_}: median {statistics.median(ms):.2f} ms of {[round(m, 2) for m in ms]}", flush=True)
     res = find_pivot_stats(masker.pieces, 0.5, "gaussian", None, check_finite=False)
     print(f"  rounds {res.rounds}, candidates gathered {res.candidates}", flush=True)
-    ms = _timed(lambda: find_pivot_stats(masker.pieces, 0.5, "gaussian", None, check_finite=False), 5)
-    print(f"find_pivot_stats(gaussian) alone: median {statistics.median(ms):.1f} ms", flush=True)
-    ms = _timed(lambda: find_pivot_stats(masker.pieces, 0.5, "radix", None, check_finite=False), 3)
-    print(f"find_pivot_stats(radix, host rounds) for scale: median {statistics.median(ms):.1f} ms", flush=True)
+    if device.type == "cuda":
+        flat = torch.cat([w.reshape(-1) for w in masker.pieces])
+        mid = float(flat.abs().median())
+        edges = torch.linspace(0.5 * mid, 1.5 * mid, 65, device=device).view(torch.int32)
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+        flush = torch.empty(256 << 20, dtype=torch.int8, device=device)
+        for label, fn in (
+            ("copy of the buffer", lambda: flat.clone()),
+            ("bin counts (65 edges)", lambda: bin_counts_ge_triton(flat, edges)),
+        ):
+            times = []
+            for _ in range(15):
+                flush.zero_()
+                ev[0].record()
+                fn()
+                ev[1].record()
+                torch.cuda.synchronize()
+                times.append(ev[0].elapsed_time(ev[1]))
+            t = statistics.median(times[3:])
+            print(f"{label}: median {t * 1e3:.0f} us over {flat.numel() * 4 / 1e9:.2f} GB read", flush=True)
     acts = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         acts.append(torch.profiler.ProfilerActivity.CUDA)

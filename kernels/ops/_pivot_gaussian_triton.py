@@ -1,0 +1,144 @@
+"""Triton passes of the gaussian pivot search (``kernels.ops.pivot``, method ``"gaussian"``): the
+bin counts of |x| against sorted float32 edges (``_count_ge``) and the compaction of the |x| inside
+an interval (``_Values.compact_between``), each one read of ``x`` with no magnitude copy written.
+
+Bin counts: a value at or above the last edge adds to the last count by a plain reduction, a value
+inside [first edge, last edge) finds its bin by a branch-free binary search over the edges (LOG2
+gathers from a table of 2**LOG2 entries that stays in L1) and is counted by a masked
+``tl.histogram``; a value below the first edge is not counted. The gathers are masked to the
+values inside, which in the search's first round are about 5% of them. Each program adds its
+counts to the output once.
+
+The reference is ``torch.bucketize(|x|, edges, right=True)`` then ``torch.bincount``.
+
+Compaction: every program writes the |x| of its block that lie in [lo, hi) (float32 bit patterns)
+after a block prefix sum, at an offset taken from a global counter by one atomic a block; the
+order of the output is not defined (the search only counts and selects in it). The reference is
+``|x|[(|x| >= lo) & (|x| < hi)]``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 2048  # values per block
+WAVES = 8  # programs an SM (at most), each looping over its blocks
+_SLICE = 1 << 30  # values a launch at most (its counts are int32)
+_INT32_MAX = 0x7FFFFFFF  # padding of the edge table: above every |x| bit pattern but NaN's largest
+
+
+@triton.jit
+def _bin_count_kernel(
+    x_ptr, n, edges_ptr, n_edges, out_ptr, iters,
+    LOG2: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0).to(tl.int64)
+    nprog = tl.num_programs(0).to(tl.int64)
+    first = tl.load(edges_ptr)
+    last = tl.load(edges_ptr + n_edges - 1)
+    NB: tl.constexpr = 1 << LOG2
+    acc = tl.zeros([NB], dtype=tl.int32)
+    top = tl.zeros([BLOCK], dtype=tl.int32)
+    for it in range(iters):
+        offs = (it * nprog + pid) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        v = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
+        b = tl.abs(v).to(tl.int32, bitcast=True)
+        top += (m & (b >= last)).to(tl.int32)
+        inside = m & (b >= first) & (b < last)
+        # pos = #(edges <= b): binary lifting over the padded table (its entry NB - 1 is padding)
+        pos = tl.zeros([BLOCK], dtype=tl.int32)
+        for s in tl.static_range(LOG2):
+            step: tl.constexpr = 1 << (LOG2 - 1 - s)
+            e = tl.load(edges_ptr + pos + (step - 1), mask=inside, other=_INT32_MAX)
+            pos = tl.where(e <= b, pos + step, pos)
+        acc += tl.histogram(pos, NB, mask=inside)
+    ar = tl.arange(0, NB)
+    # bin j >= 1 of pos is count j - 1 of the output; the values at or above the last edge go last
+    tl.atomic_add(out_ptr + ar - 1, acc, mask=(ar >= 1) & (acc > 0))
+    tl.atomic_add(out_ptr + n_edges - 1, tl.sum(top, 0))
+
+
+_SMS: dict[int, int] = {}
+
+
+def _programs(x: torch.Tensor, blocks: int) -> int:
+    if not x.is_cuda:
+        return min(blocks, 4)
+    i = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    if i not in _SMS:
+        _SMS[i] = torch.cuda.get_device_properties(i).multi_processor_count
+    return max(1, min(blocks, _SMS[i] * WAVES))
+
+
+def bin_counts_ge_triton(x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+    """int64 [len(edges)]: entry j counts |x| in [edges[j], edges[j + 1]) (the last entry: at or
+    above the last edge; values below the first edge are not counted). ``x``: 1-D contiguous
+    fp32/bf16/fp16 (counted in slices of 2**30 values); ``edges``: int32 float32 bit patterns, strictly
+    increasing, non-negative, on x's device."""
+    e = edges.numel()
+    log2 = max(1, (e).bit_length())  # the table holds e edges and at least one padding entry
+    table = torch.full((1 << log2,), _INT32_MAX, dtype=torch.int32, device=x.device)
+    table[:e] = edges
+    total = torch.zeros(e, dtype=torch.int64, device=x.device)
+    for part in x.split(_SLICE):  # int32 counts inside a launch
+        out = torch.zeros(e, dtype=torch.int32, device=x.device)
+        n = part.numel()
+        blocks = triton.cdiv(n, BLOCK)
+        grid = _programs(part, blocks)
+        iters = triton.cdiv(blocks, grid)
+        _bin_count_kernel[(grid,)](part, n, table, e, out, iters, LOG2=log2, BLOCK=BLOCK, num_warps=8)
+        total += out
+    return total
+
+
+@triton.jit
+def _compact_kernel(x_ptr, n, lo, hi, out_ptr, counter_ptr, cap, iters, BLOCK: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    nprog = tl.num_programs(0).to(tl.int64)
+    for it in range(iters):
+        offs = (it * nprog + pid) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        a = tl.abs(tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32))
+        b = a.to(tl.int32, bitcast=True)
+        keep = m & (b >= lo) & (b < hi)
+        k = keep.to(tl.int32)
+        total = tl.sum(k, 0)
+        if total > 0:
+            base = tl.atomic_add(counter_ptr, total)
+            at = base + tl.cumsum(k, 0) - 1
+            tl.store(out_ptr + at, a, mask=keep & (at < cap))
+
+
+def compact_between_triton(
+    chunks: Iterable[torch.Tensor], lo: int, hi: int, cap: int, device: torch.device
+) -> torch.Tensor:
+    """float32 |x| of the 1-D contiguous fp32/bf16/fp16 ``chunks`` (each under 2**31 values, all
+    on one device) that lie in [lo, hi) (float32 bit patterns, 0 <= lo < hi), in no defined order,
+    in one buffer on ``device`` (theirs; no chunks: an empty result). ``cap``: an upper bound on
+    their number (the search knows one from its global counts); a count above it raises (one host
+    read at the end)."""
+    out = torch.empty(max(cap, 1), dtype=torch.float32, device=device)
+    counter = torch.zeros(1, dtype=torch.int32, device=device)
+    for x in chunks:
+        n = x.numel()
+        if n:
+            blocks = triton.cdiv(n, BLOCK)
+            grid = _programs(x, blocks)
+            iters = triton.cdiv(blocks, grid)
+            _compact_kernel[(grid,)](x, n, lo, hi, out, counter, cap, iters, BLOCK=BLOCK, num_warps=8)
+    got = int(counter.item())
+    if got > cap:
+        raise RuntimeError(f"gaussian pivot: {got} values inside the interval, more than the bound {cap} (a bug)")
+    return out[:got]
+
+
+def above_and_at_triton(x: torch.Tensor, pivot: float) -> torch.Tensor:
+    """int64 [#(|x| > pivot), #(|x| == pivot)] of the 1-D contiguous fp32/bf16/fp16 ``x`` (pivot
+    a non-negative float32 value or +inf): the bin counts against the edges [pivot, next float]."""
+    b = int(torch.tensor([pivot], dtype=torch.float32).view(torch.int32).item())
+    at, above = bin_counts_ge_triton(x, torch.tensor([b, b + 1], dtype=torch.int32, device=x.device)).unbind()
+    return torch.stack([above, at])

@@ -1,0 +1,116 @@
+"""The gaussian pivot search's Triton passes (``kernels.ops._pivot_gaussian_triton``) against their
+plain-PyTorch references, and the whole search through them against the search through the
+references (same pivot, rounds, bytes and candidates). CPU through ``TRITON_INTERPRET=1``; CUDA
+too where there is one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels.ops.pivot as pivot_mod
+from kernels.ops._pivot_gaussian_triton import above_and_at_triton, bin_counts_ge_triton, compact_between_triton
+from kernels.ops.pivot import find_pivot_stats
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def _weights(n: int, dtype: torch.dtype, device: str, seed: int) -> torch.Tensor:
+    """Normal values with zeros, a negative zero, heavy-tailed ones and repeats (ties at edges)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g) * torch.rand(n, generator=g).pow(3)
+    x[::37] = 0.0
+    x[1] = -0.0
+    x[2::53] = x[3]  # ties
+    return x.to(dtype).to(device)
+
+
+def _edges(mags: torch.Tensor, count: int, seed: int) -> torch.Tensor:
+    """``count`` strictly increasing float32 bit patterns, most of them values of ``mags`` (so that
+    values sit exactly on edges)."""
+    g = torch.Generator().manual_seed(seed)
+    picks = mags.cpu()[torch.randint(0, mags.numel(), (4 * count,), generator=g)]
+    e = torch.unique(torch.cat([picks, torch.rand(count, generator=g)]))[:count]
+    return e.view(torch.int32)
+
+
+def _reference_counts(mags: torch.Tensor, e_bits: torch.Tensor) -> torch.Tensor:
+    e = e_bits.view(torch.float32)
+    idx = torch.bucketize(mags.cpu(), e, right=True)
+    return torch.bincount(idx, minlength=e.numel() + 1)[1:]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("count", [1, 2, 3, 65, 257])
+def test_bin_counts_equal_bucketize(device: str, dtype: torch.dtype, count: int) -> None:
+    x = _weights(6001, dtype, device, seed=count)
+    mags = x.abs().float()
+    e_bits = _edges(mags, count, seed=count + 1)
+    got = bin_counts_ge_triton(x, e_bits.to(device))
+    assert got.dtype == torch.int64 and got.shape == (e_bits.numel(),)
+    assert torch.equal(got.cpu(), _reference_counts(mags, e_bits))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bin_counts_put_inf_and_nan_last(device: str) -> None:
+    x = torch.tensor([0.5, float("inf"), -float("inf"), float("nan"), 2.0, 1.0], device=device)
+    e_bits = torch.tensor([0.5, 1.0, 3.0]).view(torch.int32).to(device)
+    assert bin_counts_ge_triton(x, e_bits).tolist() == [1, 2, 3]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compaction_equals_masked_select(device: str, dtype: torch.dtype) -> None:
+    chunks = [
+        _weights(5000, dtype, device, 1),
+        torch.empty(0, dtype=dtype, device=device),
+        _weights(1777, dtype, device, 2),
+    ]
+    mags = torch.cat([c.abs().float() for c in chunks]).cpu()
+    lo, hi = (int(b) for b in torch.tensor([0.05, 0.6]).view(torch.int32))
+    bits = mags.view(torch.int32)
+    want = mags[(bits >= lo) & (bits < hi)]
+    got = compact_between_triton(iter(chunks), lo, hi, want.numel() + 3, torch.device(device))
+    assert got.dtype == torch.float32 and got.device.type == device
+    assert torch.equal(got.cpu().sort().values, want.sort().values)
+    with pytest.raises(RuntimeError, match="more than the bound"):
+        compact_between_triton(iter(chunks), lo, hi, want.numel() - 1, torch.device(device))
+    empty = compact_between_triton(iter([]), lo, hi, 5, torch.device(device))
+    assert empty.numel() == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_above_and_at(device: str, dtype: torch.dtype) -> None:
+    x = _weights(4099, dtype, device, seed=7)
+    mags = x.abs().float().cpu()
+    for p in (0.0, float(mags[3]), float(mags.max()), float("inf")):
+        want = [int((mags > p).sum()), int((mags == p).sum())]
+        assert above_and_at_triton(x, p).tolist() == want, p
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gaussian_search_same_through_triton(device: str, dtype: torch.dtype, monkeypatch) -> None:
+    """The search's result (pivot, k, n, rounds, bytes, candidates) is the same whether its passes
+    run through the Triton kernels or the torch references, on fresh inputs of several kinds."""
+    g = torch.Generator().manual_seed(11)
+    shards = [
+        [(torch.randn(96, 64, generator=g) * 0.02).to(dtype).to(device), _weights(3000, dtype, device, 3)],
+        [torch.randint(-3, 4, (5000,), generator=g).to(dtype).to(device)],  # heavy ties
+        [_weights(9000, dtype, device, 5).pow(3)],
+    ]
+    for ts in shards:
+        for density in (0.0, 0.02, 0.5, 0.9, 1.0):
+            for max_candidates in (4096, 32):
+
+                def run(ts=ts, density=density, max_candidates=max_candidates):
+                    return find_pivot_stats(ts, density, "gaussian", max_candidates=max_candidates)
+
+                fast = run()
+                with monkeypatch.context() as m:
+                    m.setattr(pivot_mod, "use_triton", lambda t: False)
+                    ref = run()
+                assert fast == ref, (density, max_candidates)
