@@ -51,10 +51,9 @@ def _bin_count_kernel(
         inside = m & (b >= first) & (b < last)
         # pos = #(edges <= b): binary lifting over the padded table (its entry NB - 1 is padding)
         pos = tl.zeros([BLOCK], dtype=tl.int32)
-        for s in tl.static_range(LOG2):
-            step: tl.constexpr = 1 << (LOG2 - 1 - s)
-            e = tl.load(edges_ptr + pos + (step - 1), mask=inside, other=_INT32_MAX)
-            pos = tl.where(e <= b, pos + step, pos)
+        for s in tl.static_range(LOG2):  # steps 2**(LOG2 - 1), ..., 2, 1
+            e = tl.load(edges_ptr + pos + ((1 << (LOG2 - 1 - s)) - 1), mask=inside, other=0x7FFFFFFF)
+            pos = tl.where(e <= b, pos + (1 << (LOG2 - 1 - s)), pos)
         acc += tl.histogram(pos, NB, mask=inside)
     ar = tl.arange(0, NB)
     # bin j >= 1 of pos is count j - 1 of the output; the values at or above the last edge go last
