@@ -64,16 +64,18 @@ def _bin_count_kernel(
 _SMS: dict[int, int] = {}
 
 
-def _programs(x: torch.Tensor, blocks: int) -> int:
+def _programs(x: torch.Tensor, blocks: int, waves: int = WAVES) -> int:
     if not x.is_cuda:
         return min(blocks, 4)
     i = x.device.index if x.device.index is not None else torch.cuda.current_device()
     if i not in _SMS:
         _SMS[i] = torch.cuda.get_device_properties(i).multi_processor_count
-    return max(1, min(blocks, _SMS[i] * WAVES))
+    return max(1, min(blocks, _SMS[i] * waves))
 
 
-def bin_counts_ge_triton(x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+def bin_counts_ge_triton(
+    x: torch.Tensor, edges: torch.Tensor, *, block: int = BLOCK, num_warps: int = 8, waves: int = WAVES
+) -> torch.Tensor:
     """int64 [len(edges)]: entry j counts |x| in [edges[j], edges[j + 1]) (the last entry: at or
     above the last edge; values below the first edge are not counted). ``x``: 1-D contiguous
     fp32/bf16/fp16 (counted in slices of 2**30 values); ``edges``: int32 float32 bit patterns, strictly
@@ -86,10 +88,10 @@ def bin_counts_ge_triton(x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
     for part in x.split(_SLICE):  # int32 counts inside a launch
         out = torch.zeros(e, dtype=torch.int32, device=x.device)
         n = part.numel()
-        blocks = triton.cdiv(n, BLOCK)
-        grid = _programs(part, blocks)
+        blocks = triton.cdiv(n, block)
+        grid = _programs(part, blocks, waves)
         iters = triton.cdiv(blocks, grid)
-        _bin_count_kernel[(grid,)](part, n, table, e, out, iters, LOG2=log2, BLOCK=BLOCK, num_warps=8)
+        _bin_count_kernel[(grid,)](part, n, table, e, out, iters, LOG2=log2, BLOCK=block, num_warps=num_warps)
         total += out
     return total
 
@@ -113,7 +115,15 @@ def _compact_kernel(x_ptr, n, lo, hi, out_ptr, counter_ptr, cap, iters, BLOCK: t
 
 
 def compact_between_triton(
-    chunks: Iterable[torch.Tensor], lo: int, hi: int, cap: int, device: torch.device
+    chunks: Iterable[torch.Tensor],
+    lo: int,
+    hi: int,
+    cap: int,
+    device: torch.device,
+    *,
+    block: int = BLOCK,
+    num_warps: int = 8,
+    waves: int = WAVES,
 ) -> torch.Tensor:
     """float32 |x| of the 1-D contiguous fp32/bf16/fp16 ``chunks`` (each under 2**31 values, all
     on one device) that lie in [lo, hi) (float32 bit patterns, 0 <= lo < hi), in no defined order,
@@ -125,10 +135,10 @@ def compact_between_triton(
     for x in chunks:
         n = x.numel()
         if n:
-            blocks = triton.cdiv(n, BLOCK)
-            grid = _programs(x, blocks)
+            blocks = triton.cdiv(n, block)
+            grid = _programs(x, blocks, waves)
             iters = triton.cdiv(blocks, grid)
-            _compact_kernel[(grid,)](x, n, lo, hi, out, counter, cap, iters, BLOCK=BLOCK, num_warps=8)
+            _compact_kernel[(grid,)](x, n, lo, hi, out, counter, cap, iters, BLOCK=block, num_warps=num_warps)
     got = int(counter.item())
     if got > cap:
         raise RuntimeError(f"gaussian pivot: {got} values inside the interval, more than the bound {cap} (a bug)")
@@ -141,3 +151,35 @@ def above_and_at_triton(x: torch.Tensor, pivot: float) -> torch.Tensor:
     b = int(torch.tensor([pivot], dtype=torch.float32).view(torch.int32).item())
     at, above = bin_counts_ge_triton(x, torch.tensor([b, b + 1], dtype=torch.int32, device=x.device)).unbind()
     return torch.stack([above, at])
+
+
+@triton.jit
+def _abs_sums_kernel(x_ptr, n, out_ptr, iters, BLOCK: tl.constexpr):
+    # program p writes its float64 sums of |x| and x^2 to out[p] and out[nprog + p]
+    pid = tl.program_id(0).to(tl.int64)
+    nprog = tl.num_programs(0).to(tl.int64)
+    s1 = tl.zeros([BLOCK], dtype=tl.float64)
+    s2 = tl.zeros([BLOCK], dtype=tl.float64)
+    for it in range(iters):
+        offs = (it * nprog + pid) * BLOCK + tl.arange(0, BLOCK)
+        v = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float64)
+        s1 += tl.abs(v)
+        s2 += v * v
+    tl.store(out_ptr + pid, tl.sum(s1, 0))
+    tl.store(out_ptr + nprog + pid, tl.sum(s2, 0))
+
+
+def abs_sums_triton(x: torch.Tensor, *, block: int = 1024, num_warps: int = 8, waves: int = 4) -> torch.Tensor:
+    """float64 [sum |x|, sum x^2] of the 1-D contiguous fp32/bf16/fp16 ``x``, in one read: each
+    program sums its blocks in a fixed order and the programs' sums are added by ``torch.sum``, so
+    the result is the same on every call with the same grid (float64 squares of float32 values are
+    exact; the sums round differently from ``torch.linalg.vector_norm``'s, which first copies the
+    values to float64)."""
+    n = x.numel()
+    if n == 0:
+        return torch.zeros(2, dtype=torch.float64, device=x.device)
+    blocks = triton.cdiv(n, block)
+    grid = _programs(x, blocks, waves)
+    part = torch.empty(2, grid, dtype=torch.float64, device=x.device)
+    _abs_sums_kernel[(grid,)](x, n, part, triton.cdiv(blocks, grid), BLOCK=block, num_warps=num_warps)
+    return part.sum(1)

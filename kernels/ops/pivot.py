@@ -44,7 +44,7 @@ from statistics import NormalDist
 import torch
 import torch.distributed as dist
 
-from kernels.ops._pivot_gaussian_triton import bin_counts_ge_triton, compact_between_triton
+from kernels.ops._pivot_gaussian_triton import abs_sums_triton, bin_counts_ge_triton, compact_between_triton
 from kernels.ops.common import FLOAT_DTYPES, check_same_device, check_tensor, use_triton
 
 __all__ = ["METHODS", "PivotResult", "find_pivot", "find_pivot_stats", "kth_largest"]
@@ -392,9 +392,13 @@ def _gaussian(
     device = flats[0].device
     values = _Values(flats)
     sums = torch.zeros(2, dtype=torch.float64, device=device)
+    triton_sums = use_triton(flats[0])
     for c in values.chunks(raw=True):  # float64 accumulation (squares of float32 cannot overflow there)
-        norms = [torch.linalg.vector_norm(c, p, dtype=torch.float64) for p in (1, 2)]
-        sums += torch.stack([norms[0], norms[1].square()])
+        if triton_sums:  # one read, no float64 copy
+            sums += abs_sums_triton(c)
+        else:
+            norms = [torch.linalg.vector_norm(c, p, dtype=torch.float64) for p in (1, 2)]
+            sums += torch.stack([norms[0], norms[1].square()])
     n_local = torch.tensor([float(sum(t.numel() for t in flats))], dtype=torch.float64, device=device)
     n_f, s1, s2 = comm.all_reduce(torch.cat([n_local, sums])).tolist()
     n = int(n_f)
