@@ -72,7 +72,6 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from kernels.ops._pivot_gaussian_triton import above_and_at_triton
-from kernels.ops.common import use_triton
 from kernels.ops.flex import flex_mask, flex_mask_reference, needs_pivot, tie_share
 from kernels.ops.flex_torch import masks_of_weight, recompile_limit, regular_table
 from kernels.ops.nm_mask import nm_mask, nm_mask_reference
@@ -377,7 +376,7 @@ class ShardMasker:
             # Signed: the search's passes and the counts take |w| as they read (Triton on CUDA)
             flat = torch.cat([w.reshape(-1) for w in self.pieces])
             p = find_pivot_stats([flat], self.density, "gaussian", self.group, check_finite=False).pivot
-            counts = above_and_at_triton(flat, p) if use_triton(flat) else count_above_and_at([flat], p)
+            counts = above_and_at_triton(flat, p) if flat.is_cuda else count_above_and_at([flat], p)
             del flat
             if self.group is not None:
                 dist.all_reduce(counts, group=self.group)

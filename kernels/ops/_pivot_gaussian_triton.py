@@ -24,8 +24,11 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK = 2048  # values per block
-WAVES = 8  # programs an SM (at most), each looping over its blocks
+# launch settings: the fastest of scripts/probes/gpu_probe_gaussian_kernels.py's sweep on an H100
+# (results/tuning/h100_probe_gaussian_kernels.txt)
+BLOCK = 1024  # values per block
+WARPS = 4
+WAVES = 16  # programs an SM (at most), each looping over its blocks
 _SLICE = 1 << 30  # values a launch at most (its counts are int32)
 _INT32_MAX = 0x7FFFFFFF  # padding of the edge table: above every |x| bit pattern but NaN's largest
 
@@ -74,7 +77,7 @@ def _programs(x: torch.Tensor, blocks: int, waves: int = WAVES) -> int:
 
 
 def bin_counts_ge_triton(
-    x: torch.Tensor, edges: torch.Tensor, *, block: int = BLOCK, num_warps: int = 8, waves: int = WAVES
+    x: torch.Tensor, edges: torch.Tensor, *, block: int = BLOCK, num_warps: int = WARPS, waves: int = WAVES
 ) -> torch.Tensor:
     """int64 [len(edges)]: entry j counts |x| in [edges[j], edges[j + 1]) (the last entry: at or
     above the last edge; values below the first edge are not counted). ``x``: 1-D contiguous
@@ -122,7 +125,7 @@ def compact_between_triton(
     device: torch.device,
     *,
     block: int = BLOCK,
-    num_warps: int = 8,
+    num_warps: int = WARPS,
     waves: int = WAVES,
 ) -> torch.Tensor:
     """float32 |x| of the 1-D contiguous fp32/bf16/fp16 ``chunks`` (each under 2**31 values, all
@@ -169,7 +172,7 @@ def _abs_sums_kernel(x_ptr, n, out_ptr, iters, BLOCK: tl.constexpr):
     tl.store(out_ptr + nprog + pid, tl.sum(s2, 0))
 
 
-def abs_sums_triton(x: torch.Tensor, *, block: int = 1024, num_warps: int = 8, waves: int = 4) -> torch.Tensor:
+def abs_sums_triton(x: torch.Tensor, *, block: int = 1024, num_warps: int = 8, waves: int = 16) -> torch.Tensor:
     """float64 [sum |x|, sum x^2] of the 1-D contiguous fp32/bf16/fp16 ``x``, in one read: each
     program sums its blocks in a fixed order and the programs' sums are added by ``torch.sum``, so
     the result is the same on every call with the same grid (float64 squares of float32 values are

@@ -169,10 +169,18 @@ class _Values:
     def compact_between(self, lo: int, hi: int, cap: int) -> _Values:
         """The |w| in [lo, hi) (float32 bit patterns) as one float32 tensor, in no defined order;
         ``cap`` bounds their number (a global count). With Triton, one pass that writes only them."""
-        if not use_triton(self.flats[0]):
+        if not _triton_passes(self.flats[0]):
             l_f, h_f = _bits_f32(lo), _bits_f32(hi)
             return self.compact(lambda c: (c >= l_f) & (c < h_f))
         return _Values([compact_between_triton(self.chunks(raw=True), lo, hi, cap, self.flats[0].device)], is_abs=True)
+
+
+def _triton_passes(t: torch.Tensor) -> bool:
+    """Whether the gaussian search streams ``t``'s values through its Triton passes
+    (``kernels.ops._pivot_gaussian_triton``): on CUDA. On the CPU the torch passes run, also under
+    ``TRITON_INTERPRET=1`` (the interpreter would make every CPU search slow); the tests run the
+    Triton passes there by patching this function."""
+    return t.is_cuda
 
 
 def _bin_counts(idx: torch.Tensor, nbins: int) -> torch.Tensor:
@@ -367,7 +375,7 @@ def _count_ge(values: _Values, edges: list[int], comm: _Comm) -> list[int]:
     """#(|w| >= e) over all ranks for every edge e (float32 bits, increasing): one all-reduce of
     the counts per bin [e_j, e_j+1) plus the count above the last edge."""
     device = values.flats[0].device
-    if use_triton(values.flats[0]):  # one read of the stored values a chunk, no |w| copy
+    if _triton_passes(values.flats[0]):  # one read of the stored values a chunk, no |w| copy
         e_bits = torch.tensor(edges, dtype=torch.int32).to(device)
         hist = torch.zeros(len(edges), dtype=torch.int64, device=device)
         for c in values.chunks(raw=True):
@@ -392,7 +400,7 @@ def _gaussian(
     device = flats[0].device
     values = _Values(flats)
     sums = torch.zeros(2, dtype=torch.float64, device=device)
-    triton_sums = use_triton(flats[0])
+    triton_sums = _triton_passes(flats[0])
     for c in values.chunks(raw=True):  # float64 accumulation (squares of float32 cannot overflow there)
         if triton_sums:  # one read, no float64 copy
             sums += abs_sums_triton(c)

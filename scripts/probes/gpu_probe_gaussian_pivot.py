@@ -4,7 +4,7 @@ model's float32 sparse weights once. Times the pivot of ``ShardMasker`` for meth
 search, then the counts for the tie share) as ``TPTrainer`` builds it, host clock around a
 synchronised call, beside:
 - session 28's call (3259593): one buffer of |w| (``abs_``), the search's passes in torch
-  (bucketize + histc counts, boolean-mask compaction; ``use_triton`` patched off in
+  (bucketize + histc counts, boolean-mask compaction; ``_triton_passes`` patched off in
   ``kernels.ops.pivot``), the tie share's counts by ``count_above_and_at``;
 - the pieces themselves (the call before 3259593);
 - RadixPivot (fast_figure3_e2e's ``fast_radix``) for scale.
@@ -67,12 +67,12 @@ def main() -> None:
 
     def torch_passes() -> tuple[float, float]:  # 3259593 (session 28)
         mags = torch.cat([w.reshape(-1) for w in masker.pieces]).abs_()
-        saved = pivot_mod.use_triton
-        pivot_mod.use_triton = lambda t: False
+        saved = pivot_mod._triton_passes
+        pivot_mod._triton_passes = lambda t: False
         try:
             p = find_pivot_stats([mags], 0.5, "gaussian", None, check_finite=False).pivot
         finally:
-            pivot_mod.use_triton = saved
+            pivot_mod._triton_passes = saved
         return share(p, count_above_and_at([mags], p))
 
     radix = ShardMasker(weights, "fast", parse_pattern("TBS(4)"), 0.5, None, fast_pivot="radix")

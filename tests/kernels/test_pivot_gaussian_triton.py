@@ -109,8 +109,10 @@ def test_gaussian_search_same_through_triton(device: str, dtype: torch.dtype, mo
                 def run(ts=ts, density=density, max_candidates=max_candidates):
                     return find_pivot_stats(ts, density, "gaussian", max_candidates=max_candidates)
 
-                fast = run()
                 with monkeypatch.context() as m:
-                    m.setattr(pivot_mod, "use_triton", lambda t: False)
+                    m.setattr(pivot_mod, "_triton_passes", lambda t: True)
+                    fast = run()
+                with monkeypatch.context() as m:
+                    m.setattr(pivot_mod, "_triton_passes", lambda t: False)
                     ref = run()
                 assert fast == ref, (density, max_candidates)
