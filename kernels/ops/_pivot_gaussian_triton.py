@@ -29,11 +29,15 @@ import triton.language as tl
 BLOCK = 1024  # values per block
 WARPS = 4
 WAVES = 16  # programs an SM (at most), each looping over its blocks
+# Integer arguments are not specialised (Triton would compile a variant for every new pattern of
+# "equals 1" and "divisible by 16" among n, the interval's bit patterns, the bound and the loop
+# count, which change with the weights: in fast_figure3_e2e at a4f6ae2 such compiles landed in
+# timed steps, 80-368 ms of pivot at world 4 against 6-7 ms).
 _SLICE = 1 << 30  # values a launch at most (its counts are int32)
 _INT32_MAX = 0x7FFFFFFF  # padding of the edge table: above every |x| bit pattern but NaN's largest
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n", "n_edges", "iters"])
 def _bin_count_kernel(
     x_ptr, n, edges_ptr, n_edges, out_ptr, iters,
     LOG2: tl.constexpr, BLOCK: tl.constexpr,
@@ -84,7 +88,9 @@ def bin_counts_ge_triton(
     fp32/bf16/fp16 (counted in slices of 2**30 values); ``edges``: int32 float32 bit patterns, strictly
     increasing, non-negative, on x's device."""
     e = edges.numel()
-    log2 = max(1, (e).bit_length())  # the table holds e edges and at least one padding entry
+    # the table holds the edges and at least one padding entry; two sizes only (the tie counts'
+    # 2 edges, the search's up to 127), so that no call compiles another variant
+    log2 = 2 if e <= 3 else max(7, e.bit_length())
     table = torch.full((1 << log2,), _INT32_MAX, dtype=torch.int32, device=x.device)
     table[:e] = edges
     total = torch.zeros(e, dtype=torch.int64, device=x.device)
@@ -99,7 +105,7 @@ def bin_counts_ge_triton(
     return total
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n", "lo", "hi", "cap", "iters"])
 def _compact_kernel(x_ptr, n, lo, hi, out_ptr, counter_ptr, cap, iters, BLOCK: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
@@ -156,7 +162,7 @@ def above_and_at_triton(x: torch.Tensor, pivot: float) -> torch.Tensor:
     return torch.stack([above, at])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n", "iters"])
 def _abs_sums_kernel(x_ptr, n, out_ptr, iters, BLOCK: tl.constexpr):
     # program p writes its float64 sums of |x| and x^2 to out[p] and out[nprog + p]
     pid = tl.program_id(0).to(tl.int64)

@@ -89,6 +89,24 @@ def main() -> None:
     ):
         ms = _timed(fn, reps)
         print(f"{name_}: median {statistics.median(ms):.2f} ms of {[round(m, 2) for m in ms]}", flush=True)
+    if device.type == "cuda":  # as in training: new weights every call (new intervals, bounds, counts)
+        from kernels.ops import _pivot_gaussian_triton as gt
+
+        per_call = []
+        for _ in range(20):
+            with torch.no_grad():
+                for w in masker.pieces:
+                    w.mul_(1.0 + 1e-3 * torch.randn_like(w))
+            per_call += _timed(masker.pivot, 1)
+        variants = {}
+        for k in ("_bin_count_kernel", "_compact_kernel", "_abs_sums_kernel"):
+            caches = getattr(getattr(gt, k), "device_caches", {})
+            variants[k] = sum(len(c[0]) for c in caches.values()) if caches else "?"
+        print(
+            f"20 calls on changing weights: median {statistics.median(per_call):.2f} ms, max {max(per_call):.2f} ms "
+            f"({[round(m, 1) for m in per_call]}); compiled variants {variants}",
+            flush=True,
+        )
     res = find_pivot_stats(masker.pieces, 0.5, "gaussian", None, check_finite=False)
     print(f"  rounds {res.rounds}, candidates gathered {res.candidates}", flush=True)
     if device.type == "cuda":
