@@ -12,7 +12,8 @@ import kernels.ops.pivot as pivot_mod
 from kernels.ops._pivot_gaussian_triton import above_and_at_triton, bin_counts_ge_triton, compact_between_triton
 from kernels.ops.pivot import find_pivot_stats
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+_NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, _NO_CUDA])]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 
