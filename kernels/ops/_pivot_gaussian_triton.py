@@ -1,6 +1,8 @@
 """Triton passes of the gaussian pivot search (``kernels.ops.pivot``, method ``"gaussian"``): the
-bin counts of |x| against sorted float32 edges (``_count_ge``) and the compaction of the |x| inside
-an interval (``_Values.compact_between``), each one read of ``x`` with no magnitude copy written.
+bin counts of |x| against sorted float32 edges (``_count_ge``; with the edges [pivot, next float]
+also FAST's tie counts in ``repro.tp_step.ShardMasker``), the compaction of the |x| inside an
+interval (``_Values.compact_between``) and the float64 sums of |x| and x^2 that fit the Gaussian,
+each one read of ``x`` with no magnitude copy written. Strided inputs are made contiguous first.
 
 Bin counts: a value at or above the last edge adds to the last count by a plain reduction, a value
 inside [first edge, last edge) finds its bin by a branch-free binary search over the edges (LOG2
@@ -87,6 +89,7 @@ def bin_counts_ge_triton(
     above the last edge; values below the first edge are not counted). ``x``: 1-D contiguous
     fp32/bf16/fp16 (counted in slices of 2**30 values); ``edges``: int32 float32 bit patterns, strictly
     increasing, non-negative, on x's device."""
+    x = x.contiguous()  # a strided 1-D view (w[::2]) would otherwise be read as if dense
     e = edges.numel()
     # the table holds the edges and at least one padding entry; two sizes only (the tie counts'
     # 2 edges, the search's up to 127), so that no call compiles another variant
@@ -142,6 +145,7 @@ def compact_between_triton(
     out = torch.empty(max(cap, 1), dtype=torch.float32, device=device)
     counter = torch.zeros(1, dtype=torch.int32, device=device)
     for x in chunks:
+        x = x.contiguous()  # a strided 1-D view would otherwise be read as if dense
         n = x.numel()
         if n:
             blocks = triton.cdiv(n, block)
@@ -184,6 +188,7 @@ def abs_sums_triton(x: torch.Tensor, *, block: int = 1024, num_warps: int = 8, w
     the result is the same on every call with the same grid (float64 squares of float32 values are
     exact; the sums round differently from ``torch.linalg.vector_norm``'s, which first copies the
     values to float64)."""
+    x = x.contiguous()  # a strided 1-D view would otherwise be read as if dense
     n = x.numel()
     if n == 0:
         return torch.zeros(2, dtype=torch.float64, device=x.device)

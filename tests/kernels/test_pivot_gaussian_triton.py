@@ -102,6 +102,7 @@ def test_gaussian_search_same_through_triton(device: str, dtype: torch.dtype, mo
         [(torch.randn(96, 64, generator=g) * 0.02).to(dtype).to(device), _weights(3000, dtype, device, 3)],
         [torch.randint(-3, 4, (5000,), generator=g).to(dtype).to(device)],  # heavy ties
         [_weights(9000, dtype, device, 5).pow(3)],
+        [_weights(8000, dtype, device, 6)[::3], _weights(3000, dtype, device, 8).view(60, 50).t()],  # strided
     ]
     for ts in shards:
         for density in (0.0, 0.02, 0.5, 0.9, 1.0):
