@@ -6,7 +6,6 @@ import math
 from pathlib import Path
 
 import matplotlib
-import pandas as pd
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -97,19 +96,6 @@ _METADATA = {
     "pdf": {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None},
 }
 _DETERMINISTIC_RC = {"svg.hashsalt": "repro", "svg.id": None}
-
-
-def review_note(suite: str, df: pd.DataFrame) -> str:
-    """A footnote for a figure whose rows stand by review (``results/reviews.csv``): which commit's
-    rows, reviewed at which commit, and the first clause of the reason; "" where none does (fresh,
-    stale or unknown rows say so on the dashboard, not here)."""
-    from repro.staleness import frame_staleness
-
-    notes = []
-    for st in frame_staleness(suite, df):
-        if st.reviewed_at and not st.stale:
-            notes.append(f"rows at {st.commit[:7]} stand by review at {st.reviewed_at[:7]}")
-    return "; ".join(notes) + " (why: results/reviews.csv)" if notes else ""
 
 
 def save(fig: plt.Figure, stem: Path) -> list[Path]:

@@ -458,7 +458,7 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
     per pattern (log), the paper's 10.40x / 1.56x as dashed lines (labelled with whether they are
     comparable); where the model ran at several world sizes, a last panel with each method's pivot
     and mask-generation time per block against the world size (median over the patterns)."""
-    from repro.plots import PALETTE, grouped_bars, new_figure, review_note, save
+    from repro.plots import PALETTE, grouped_bars, new_figure, save
 
     table = compare(df)
     table = table[table["pattern"].isin(FLEX_PATTERNS)] if len(table) else table
@@ -509,9 +509,6 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
             ax.set_visible(False)
     dev, prof = df["device"].iloc[0], df["profile"].iloc[0]
     fig.suptitle(f"{TITLE}  [{dev}, {prof}]", fontsize=9)
-    note = review_note(NAME, df)
-    if note:  # e.g. the 460M rows at a4f6ae2, whose fast pivot part includes Triton compiles
-        fig.text(0.5, 0.003, note, ha="center", va="bottom", fontsize=7)
     return save(fig, stem)
 
 

@@ -94,20 +94,3 @@ def test_the_committed_reviews_name_known_suites_and_commits():
             full = git("rev-parse", "--verify", "--quiet", f"{r.results_commit}^{{commit}}")
             at = git("rev-parse", "--verify", "--quiet", f"{r.reviewed_at}^{{commit}}")
             assert full and at and git("merge-base", full, at) == full, r
-
-
-def test_a_figure_footnote_names_reviewed_rows_only(fake_reviews):
-    """``repro.plots.review_note``: rows standing by review are named under the figure; fresh,
-    stale or unknown rows add nothing there."""
-    import pandas as pd
-
-    from repro.plots import review_note
-
-    suite, old = _stale_result()
-    df = pd.DataFrame({"git_commit": [old, old, "unknown"]})
-    fake_reviews()
-    assert review_note(suite, df) == ""  # stale, not reviewed
-    fake_reviews(st.Review(suite, old[:10], git("rev-parse", "HEAD"), "the change is a rename"))
-    note = review_note(suite, df)
-    assert note.startswith(f"rows at {old[:7]} stand by review at ") and "results/reviews.csv" in note
-    assert review_note(suite, pd.DataFrame({"git_commit": ["unknown"]})) == ""
