@@ -71,12 +71,11 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-from kernels.ops._pivot_gaussian_triton import above_and_at_triton
 from kernels.ops.flex import flex_mask, flex_mask_reference, needs_pivot, tie_share
 from kernels.ops.flex_torch import masks_of_weight, recompile_limit, regular_table
 from kernels.ops.nm_mask import nm_mask, nm_mask_reference
 from kernels.ops.patterns import NM, TBS, Pattern, parse_pattern
-from kernels.ops.pivot import find_pivot, find_pivot_stats, kth_largest
+from kernels.ops.pivot import above_and_at_triton, find_pivot, find_pivot_stats, kth_largest
 from kernels.ops.pivot_radix import RadixPivot
 from repro.dist_guard import init_distributed  # re-exported: the suite joins the group through it
 from repro.models.llama import LlamaModel, sparse_linears

@@ -44,10 +44,15 @@ from statistics import NormalDist
 import torch
 import torch.distributed as dist
 
-from kernels.ops._pivot_gaussian_triton import abs_sums_triton, bin_counts_ge_triton, compact_between_triton
+from kernels.ops._pivot_gaussian_triton import (
+    above_and_at_triton,  # re-exported: FAST's tie counts in repro.tp_step
+    abs_sums_triton,
+    bin_counts_ge_triton,
+    compact_between_triton,
+)
 from kernels.ops.common import FLOAT_DTYPES, check_same_device, check_tensor, use_triton
 
-__all__ = ["METHODS", "PivotResult", "find_pivot", "find_pivot_stats", "kth_largest"]
+__all__ = ["METHODS", "PivotResult", "above_and_at_triton", "find_pivot", "find_pivot_stats", "kth_largest"]
 
 METHODS = ("exact", "radix", "gaussian")
 _OPTIONS = {
