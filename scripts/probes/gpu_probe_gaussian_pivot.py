@@ -23,6 +23,9 @@ import time
 import torch
 
 sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_probe_gaussian_kernels import _ms as event_ms  # noqa: E402
+
 import kernels.ops.pivot as pivot_mod  # noqa: E402
 from kernels.ops._pivot_gaussian_triton import bin_counts_ge_triton  # noqa: E402
 from kernels.ops.patterns import parse_pattern  # noqa: E402
@@ -113,21 +116,11 @@ def main() -> None:
         flat = torch.cat([w.reshape(-1) for w in masker.pieces])
         mid = float(flat.abs().median())
         edges = torch.linspace(0.5 * mid, 1.5 * mid, 65, device=device).view(torch.int32)
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-        flush = torch.empty(256 << 20, dtype=torch.int8, device=device)
         for label, fn in (
             ("copy of the buffer", lambda: flat.clone()),
             ("bin counts (65 edges)", lambda: bin_counts_ge_triton(flat, edges)),
         ):
-            times = []
-            for _ in range(15):
-                flush.zero_()
-                ev[0].record()
-                fn()
-                ev[1].record()
-                torch.cuda.synchronize()
-                times.append(ev[0].elapsed_time(ev[1]))
-            t = statistics.median(times[3:])
+            t = event_ms(fn)  # CUDA events, L2 flushed, median after warm-up
             print(f"{label}: median {t * 1e3:.0f} us over {flat.numel() * 4 / 1e9:.2f} GB read", flush=True)
     acts = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
