@@ -15,8 +15,10 @@ The reference is ``torch.bucketize(|x|, edges, right=True)`` then ``torch.bincou
 
 Compaction: every program writes the |x| of its block that lie in [lo, hi) (float32 bit patterns)
 after a block prefix sum, at an offset taken from a global counter by one atomic a block; the
-order of the output is not defined (the search only counts and selects in it). The reference is
-``|x|[(|x| >= lo) & (|x| < hi)]``."""
+order of the output is not defined (the search only counts and selects in it). The same read
+counts the values at or above hi (the search's first round keeps only the fit's interval and
+needs the count above it). The reference is ``|x|[(|x| >= lo) & (|x| < hi)]`` and
+``(|x| >= hi).sum()``."""
 
 from __future__ import annotations
 
@@ -110,20 +112,55 @@ def bin_counts_ge_triton(
 
 @triton.jit(do_not_specialize=["n", "lo", "hi", "cap", "iters"])
 def _compact_kernel(x_ptr, n, lo, hi, out_ptr, counter_ptr, cap, iters, BLOCK: tl.constexpr):
+    # counter[0]: values inside [lo, hi) (all of them, also past cap); counter[1]: values at or above hi
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
+    above = tl.zeros([BLOCK], dtype=tl.int32)
     for it in range(iters):
         offs = (it * nprog + pid) * BLOCK + tl.arange(0, BLOCK)
         m = offs < n
         a = tl.abs(tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32))
         b = a.to(tl.int32, bitcast=True)
+        above += (m & (b >= hi)).to(tl.int32)
         keep = m & (b >= lo) & (b < hi)
         k = keep.to(tl.int32)
-        total = tl.sum(k, 0)
+        total = tl.sum(k, 0).to(tl.int64)
         if total > 0:
             base = tl.atomic_add(counter_ptr, total)
             at = base + tl.cumsum(k, 0) - 1
             tl.store(out_ptr + at, a, mask=keep & (at < cap))
+    tl.atomic_add(counter_ptr + 1, tl.sum(above, 0).to(tl.int64))
+
+
+def compact_count_triton(
+    chunks: Iterable[torch.Tensor],
+    lo: int,
+    hi: int,
+    cap: int,
+    device: torch.device,
+    *,
+    block: int = BLOCK,
+    num_warps: int = WARPS,
+    waves: int = WAVES,
+) -> tuple[torch.Tensor, int, int]:
+    """(kept, inside, above): ``kept`` holds float32 |x| of the 1-D contiguous fp32/bf16/fp16
+    ``chunks`` (each under 2**31 values, all on one device) that lie in [lo, hi) (float32 bit
+    patterns, 0 <= lo < hi), in no defined order, on ``device`` (theirs); ``inside`` counts those
+    values and ``above`` the ones at or above ``hi``. ``kept`` holds at most ``cap`` of them: where
+    ``inside > cap`` it holds an arbitrary ``cap`` of them and the caller must not use it (the
+    search then compacts again with the exact count). One read of the chunks, one host read."""
+    out = torch.empty(max(cap, 1), dtype=torch.float32, device=device)
+    counter = torch.zeros(2, dtype=torch.int64, device=device)  # over all chunks: may pass 2**31
+    for x in chunks:
+        x = x.contiguous()  # a strided 1-D view would otherwise be read as if dense
+        n = x.numel()
+        if n:
+            blocks = triton.cdiv(n, block)
+            grid = _programs(x, blocks, waves)
+            iters = triton.cdiv(blocks, grid)
+            _compact_kernel[(grid,)](x, n, lo, hi, out, counter, cap, iters, BLOCK=block, num_warps=num_warps)
+    inside, above = counter.tolist()
+    return out[: min(inside, cap)], inside, above
 
 
 def compact_between_triton(
@@ -142,20 +179,10 @@ def compact_between_triton(
     in one buffer on ``device`` (theirs; no chunks: an empty result). ``cap``: an upper bound on
     their number (the search knows one from its global counts); a count above it raises (one host
     read at the end)."""
-    out = torch.empty(max(cap, 1), dtype=torch.float32, device=device)
-    counter = torch.zeros(1, dtype=torch.int32, device=device)
-    for x in chunks:
-        x = x.contiguous()  # a strided 1-D view would otherwise be read as if dense
-        n = x.numel()
-        if n:
-            blocks = triton.cdiv(n, block)
-            grid = _programs(x, blocks, waves)
-            iters = triton.cdiv(blocks, grid)
-            _compact_kernel[(grid,)](x, n, lo, hi, out, counter, cap, iters, BLOCK=block, num_warps=num_warps)
-    got = int(counter.item())
+    kept, got, _ = compact_count_triton(chunks, lo, hi, cap, device, block=block, num_warps=num_warps, waves=waves)
     if got > cap:
         raise RuntimeError(f"gaussian pivot: {got} values inside the interval, more than the bound {cap} (a bug)")
-    return out[:got]
+    return kept
 
 
 def above_and_at_triton(x: torch.Tensor, pivot: float) -> torch.Tensor:

@@ -49,6 +49,7 @@ from kernels.ops._pivot_gaussian_triton import (
     abs_sums_triton,
     bin_counts_ge_triton,
     compact_between_triton,
+    compact_count_triton,
 )
 from kernels.ops.common import FLOAT_DTYPES, check_same_device, check_tensor, use_triton
 
@@ -170,6 +171,23 @@ class _Values:
         parts = [c[keep(c)] for c in self.chunks()]
         dev = self.flats[0].device
         return _Values([torch.cat(parts) if parts else torch.empty(0, device=dev)], is_abs=True)
+
+    def numel(self) -> int:
+        return sum(t.numel() for t in self.flats)
+
+    def compact_count(self, lo: int, hi: int, cap: int) -> tuple[_Values | None, int, int]:
+        """(kept, inside, above): the |w| in [lo, hi) (float32 bit patterns) as one float32 tensor,
+        their number and the number of |w| >= hi, in one read. ``cap`` is a guess of the number
+        inside: where more lie there, ``kept`` is None."""
+        if not _triton_passes(self.flats[0]):
+            l_f, h_f = _bits_f32(lo), _bits_f32(hi)
+            kept = self.compact(lambda c: (c >= l_f) & (c < h_f))
+            above = sum(int((c >= h_f).sum()) for c in self.chunks())
+            got = kept.flats[0].numel()
+            return (kept if got <= cap else None), got, above
+        dev = self.flats[0].device
+        buf, got, above = compact_count_triton(self.chunks(raw=True), lo, hi, cap, dev)
+        return (_Values([buf], is_abs=True) if got <= cap else None), got, above
 
     def compact_between(self, lo: int, hi: int, cap: int) -> _Values:
         """The |w| in [lo, hi) (float32 bit patterns) as one float32 tensor, in no defined order;
@@ -376,27 +394,60 @@ def _bit_edges(lo: int, hi: int, bins: int) -> list[int]:
     return sorted({lo + (j * (hi - lo)) // bins for j in range(bins + 1)})
 
 
-def _count_ge(values: _Values, edges: list[int], comm: _Comm) -> list[int]:
-    """#(|w| >= e) over all ranks for every edge e (float32 bits, increasing): one all-reduce of
-    the counts per bin [e_j, e_j+1) plus the count above the last edge."""
+def _local_bins(values: _Values, edges: list[int]) -> torch.Tensor:
+    """int64 [len(edges)] of this rank: entry j counts |w| in [e_j, e_j+1), the last one |w| >= the
+    last edge (values below the first edge are not counted)."""
     device = values.flats[0].device
     if _triton_passes(values.flats[0]):  # one read of the stored values a chunk, no |w| copy
         e_bits = torch.tensor(edges, dtype=torch.int32).to(device)
         hist = torch.zeros(len(edges), dtype=torch.int64, device=device)
         for c in values.chunks(raw=True):
             hist += bin_counts_ge_triton(c, e_bits)
-    else:
-        e = torch.tensor(edges, dtype=torch.int32).view(torch.float32).to(device)
-        hist = torch.zeros(len(edges) + 1, dtype=torch.int64, device=device)
-        for c in values.chunks():
-            hist += _bin_counts(torch.bucketize(c, e, right=True, out_int32=True), len(edges) + 1)
-        hist = hist[1:].contiguous()
+        return hist
+    e = torch.tensor(edges, dtype=torch.int32).view(torch.float32).to(device)
+    hist = torch.zeros(len(edges) + 1, dtype=torch.int64, device=device)
+    for c in values.chunks():
+        hist += _bin_counts(torch.bucketize(c, e, right=True, out_int32=True), len(edges) + 1)
+    return hist[1:].contiguous()
+
+
+def _ge_of_bins(hist: torch.Tensor, comm: _Comm) -> list[int]:
+    """#(|w| >= e) over all ranks for every edge e, from the ranks' ``_local_bins``: one all-reduce."""
     counts = comm.all_reduce(hist).tolist()
-    ge, acc = [0] * len(edges), 0
-    for j in range(len(edges) - 1, -1, -1):
+    ge, acc = [0] * len(counts), 0
+    for j in range(len(counts) - 1, -1, -1):
         acc += counts[j]
         ge[j] = acc
     return ge
+
+
+def _count_ge(values: _Values, edges: list[int], comm: _Comm) -> list[int]:
+    """#(|w| >= e) over all ranks for every edge e (float32 bits, increasing): one all-reduce of
+    the counts per bin [e_j, e_j+1) plus the count above the last edge."""
+    return _ge_of_bins(_local_bins(values, edges), comm)
+
+
+def _first_cap(n_local: int, n: int, h: float) -> int:
+    """The room for this rank's values inside the fit's first interval, which holds about 2h of
+    all n values if the weights were Gaussian: twice that share, plus some slack."""
+    return min(n_local, 2 * math.ceil(2.0 * h * n_local / max(n, 1)) + 4096)
+
+
+def _first_round(values: _Values, edges: list[int], n: int, h: float, comm: _Comm) -> tuple[_Values | None, list[int]]:
+    """The search's first count round over the fit's interval [edges[0], edges[-1]), in one read
+    of the weights that keeps only the values inside it (about 5% of them at density 0.5 and the
+    default margin) and counts those above it; the bins are
+    then counted in what was kept. Returns the kept values and the same global counts as
+    ``_count_ge(values, edges, comm)`` (the same all-reduce). A rank whose guess of the room was
+    short compacts again with the exact count (one more read, no communication). (A None in
+    place of the kept values would make the search stream the whole input on, as it did before
+    this round kept anything: ``scripts/probes/gpu_probe_gaussian_pivot.py`` times both.)"""
+    kept, inside, above = values.compact_count(edges[0], edges[-1], _first_cap(values.numel(), n, h))
+    if kept is None:
+        kept = values.compact_between(edges[0], edges[-1], inside)
+    hist = _local_bins(kept, edges)
+    hist[-1] += above
+    return kept, _ge_of_bins(hist, comm)
 
 
 def _gaussian(
@@ -431,6 +482,8 @@ def _gaussian(
     b = _f32_bits(_hn_isf(max(k - h, 0.0) / n, sigma))
     edges = _gauss_edges(a, b, bins, sigma) if b > a else None
     work_n, offset = n, 0  # values streamed; values above them (dropped by a compaction)
+    # the first round keeps the fit's interval while it counts (where that is a small share)
+    first = edges is not None and 2.0 * h <= n / 4
     for _ in range(_MAX_ROUNDS):
         inside = c_lo - c_hi
         if inside <= max_candidates:
@@ -440,7 +493,15 @@ def _gaussian(
         if edges is None:
             edges = _bit_edges(lo, hi, bins)
         width = hi - lo
-        for e, c_work in zip(edges, _count_ge(values, edges, comm), strict=True):
+        if first:
+            kept, ge = _first_round(values, edges, n, h, comm)
+            if kept is not None and ge[0] >= k > ge[-1]:  # the pivot lies in the kept interval
+                values, work_n, offset = kept, ge[0] - ge[-1], ge[-1]
+                ge = [c - offset for c in ge]
+            first = False
+        else:
+            ge = _count_ge(values, edges, comm)
+        for e, c_work in zip(edges, ge, strict=True):
             c = c_work + offset
             if c >= k and e > lo:
                 lo, c_lo = e, c

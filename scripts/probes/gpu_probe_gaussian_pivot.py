@@ -7,6 +7,8 @@ synchronised call, beside:
   (bucketize + histc counts, boolean-mask compaction; ``_triton_passes`` patched off in
   ``kernels.ops.pivot``), the tie share's counts by ``count_above_and_at``;
 - the pieces themselves (the call before 3259593);
+- session 29's call (69a43e3): the first count round streams the whole input (``_first_round``
+  patched to keep nothing), the Triton passes otherwise as now;
 - RadixPivot (fast_figure3_e2e's ``fast_radix``) for scale.
 Checks that all give the same pivot and tie share, times the Triton bin-count pass alone against a
 copy of the same buffer (CUDA events, median), and profiles the new call (CPU ops by self time,
@@ -78,14 +80,23 @@ def main() -> None:
             pivot_mod._triton_passes = saved
         return share(p, count_above_and_at([mags], p))
 
+    def whole_first_round() -> tuple[float, float]:  # 69a43e3 (session 29)
+        saved = pivot_mod._first_round
+        pivot_mod._first_round = lambda values, edges, n, h, comm: (None, pivot_mod._count_ge(values, edges, comm))
+        try:
+            return masker.pivot()
+        finally:
+            pivot_mod._first_round = saved
+
     radix = ShardMasker(weights, "fast", parse_pattern("TBS(4)"), 0.5, None, fast_pivot="radix")
     new = masker.pivot()
-    same = {"pieces": pieces() == new, "torch passes": torch_passes() == new}
+    same = {"pieces": pieces() == new, "torch passes": torch_passes() == new, "session 29": whole_first_round() == new}
     r = radix.pivot()
     same["RadixPivot"] = (float(r[0]), float(r[1])) == (new[0], new[1])
     print(f"pivot {new[0]!r}, tie share {new[1]!r}; the same from: {same}", flush=True)
     for name_, fn, reps in (
-        ("ShardMasker.pivot (Triton passes, session 29)", masker.pivot, 7),
+        ("ShardMasker.pivot (Triton passes, first round keeps the fit's interval, session 30)", masker.pivot, 7),
+        ("the first round streams the whole input (69a43e3, session 29)", whole_first_round, 7),
         ("one |w| buffer, torch passes (3259593)", torch_passes, 5),
         ("the pieces, torch passes (before 3259593)", pieces, 3),
         ("RadixPivot (fast_radix)", radix.pivot, 7),

@@ -9,7 +9,12 @@ import pytest
 import torch
 
 import kernels.ops.pivot as pivot_mod
-from kernels.ops._pivot_gaussian_triton import above_and_at_triton, bin_counts_ge_triton, compact_between_triton
+from kernels.ops._pivot_gaussian_triton import (
+    above_and_at_triton,
+    bin_counts_ge_triton,
+    compact_between_triton,
+    compact_count_triton,
+)
 from kernels.ops.pivot import find_pivot_stats
 
 _NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -80,6 +85,70 @@ def test_compaction_equals_masked_select(device: str, dtype: torch.dtype) -> Non
         compact_between_triton(iter(chunks), lo, hi, want.numel() - 1, torch.device(device))
     empty = compact_between_triton(iter([]), lo, hi, 5, torch.device(device))
     assert empty.numel() == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compact_count_counts_inside_and_above(device: str, dtype: torch.dtype) -> None:
+    """The first round's pass: the values inside [lo, hi), their number and the number at or above
+    hi; with too little room the counts stay whole and only room's worth of values is written."""
+    chunks = [_weights(6000, dtype, device, 4), _weights(2500, dtype, device, 5)]
+    mags = torch.cat([c.abs().float() for c in chunks]).cpu()
+    lo, hi = (int(b) for b in torch.tensor([0.1, 0.45]).view(torch.int32))
+    bits = mags.view(torch.int32)
+    inside_ref = mags[(bits >= lo) & (bits < hi)]
+    above_ref = int((bits >= hi).sum())
+    kept, inside, above = compact_count_triton(iter(chunks), lo, hi, inside_ref.numel(), torch.device(device))
+    assert (inside, above) == (inside_ref.numel(), above_ref)
+    assert torch.equal(kept.cpu().sort().values, inside_ref.sort().values)
+    kept, inside, above = compact_count_triton(iter(chunks), lo, hi, 10, torch.device(device))
+    assert (kept.numel(), inside, above) == (10, inside_ref.numel(), above_ref)
+    assert bool(torch.isin(kept.cpu(), inside_ref).all())
+
+
+def _mixture(n: int, seed: int) -> torch.Tensor:
+    """Far from one Gaussian: 90% tiny values, 10% large ones (the fit's first interval misses)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g)
+    x[: int(0.9 * n)] *= 1e-3
+    return x
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("passes", ["triton", "torch"])
+def test_first_round_paths_give_the_exact_pivot(device: str, passes: str, monkeypatch) -> None:
+    """The search's first round keeps only the fit's interval. Its three paths (the pivot lies in
+    it; it does but a rank's guess of the room was short, so it compacts again; the fit misses and
+    the whole input is streamed on) each give the exact method's pivot, and the same rounds and
+    bytes whatever the room."""
+    if device == "cpu":
+        monkeypatch.setattr(pivot_mod, "_triton_passes", lambda t: passes == "triton")
+    elif passes == "torch":
+        pytest.skip("the torch passes run on CPU")
+    seen: list[tuple[list[int], int]] = []
+    first_round = pivot_mod._first_round
+
+    def spy(values, edges, n, h, comm):
+        kept, ge = first_round(values, edges, n, h, comm)
+        seen.append((ge, kept.numel()))
+        return kept, ge
+
+    monkeypatch.setattr(pivot_mod, "_first_round", spy)
+    g = torch.Generator().manual_seed(21)
+    normal = (torch.randn(40000, generator=g) * 0.02).to(device)
+    cases = [(normal, 0.5, True), (normal.bfloat16(), 0.3, True), (_mixture(40000, 3).to(device), 0.5, False)]
+    for x, density, fit_holds in cases:
+        k = round(density * x.numel())
+        want = find_pivot_stats(x, density, "exact").pivot
+        seen.clear()
+        roomy = find_pivot_stats(x, density, "gaussian")
+        assert len(seen) == 1 and (seen[0][0][0] >= k > seen[0][0][-1]) == fit_holds
+        with monkeypatch.context() as m:
+            m.setattr(pivot_mod, "_first_cap", lambda n_local, n, h: 1)  # every guess short
+            short = find_pivot_stats(x, density, "gaussian")
+        assert roomy.pivot == short.pivot == want
+        assert (roomy.rounds, roomy.bytes_communicated) == (short.rounds, short.bytes_communicated)
+        assert roomy.candidates == short.candidates
 
 
 @pytest.mark.parametrize("device", DEVICES)
