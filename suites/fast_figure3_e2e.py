@@ -366,8 +366,9 @@ def _radix_columns(df: pd.DataFrame, model: str, variant: str, sel: pd.Series) -
 def scaling(df: pd.DataFrame) -> pd.DataFrame:
     """Per model (cut and world aside), method, pattern and interval: mask generation and pivot
     time per block at each world size, and their speedup over world 1 (per block, since the 7B
-    cut keeps more blocks as the world grows). Empty unless some model ran at several world
-    sizes (runs at different worlds are launched apart and their rows merged)."""
+    cut keeps more blocks as the world grows), only where both were measured at one commit.
+    Empty unless some model ran at several world sizes (runs at different worlds are launched
+    apart and their rows merged)."""
     no_pivot = ("srste",)  # SR-STE's fixed 2:4 needs no pivot: no pivot time to scale
     setups = _setup(df)
     timed = df[df["metric"].isin(["mask_ms", "pivot_ms", "step_ms"]) & ~df["method"].isin(["dense", "setup"])]
@@ -377,6 +378,7 @@ def scaling(df: pd.DataFrame) -> pd.DataFrame:
         layers, world = s.get("layers", float("nan")), s.get("world_size", float("nan"))
         for (method, variant), g in part.groupby(["method", "variant"], sort=False):
             v = g.set_index("metric")["value"]
+            commit = str(g["git_commit"].iloc[0]) if "git_commit" in g else ""
             rows.append(
                 {
                     "model": base_model(label),
@@ -384,6 +386,7 @@ def scaling(df: pd.DataFrame) -> pd.DataFrame:
                     "variant": variant,
                     "world": world,
                     "layers": layers,
+                    "commit": commit[:7],
                     **{
                         f"{m.removesuffix('_ms')}_ms_per_block": v.get(m, float("nan")) / layers
                         for m in ("mask_ms", "pivot_ms", "step_ms")
@@ -402,9 +405,14 @@ def scaling(df: pd.DataFrame) -> pd.DataFrame:
             r = r.to_dict()
             if r["method"] in no_pivot:  # its pivot part times only the ranks' alignment
                 r["pivot_ms_per_block"] = float("nan")
+            # a speedup only between rows of one commit: merged runs of other commits may time other
+            # code (a pivot made faster in between would read as scaling)
+            same = len(one) and str(one["commit"].iloc[0]) == r["commit"]
             for m in ("mask", "pivot"):
-                base = float(one[f"{m}_ms_per_block"].iloc[0]) if len(one) else float("nan")
+                base = float(one[f"{m}_ms_per_block"].iloc[0]) if same else float("nan")
                 r[f"{m}_speedup_vs_world1"] = base / r[f"{m}_ms_per_block"] if r[f"{m}_ms_per_block"] else float("nan")
+            if len(one) and not same:
+                r["comparable"] = f"not comparable: world 1 measured at {one['commit'].iloc[0]}, this at {r['commit']}"
             out.append(r)
     return pd.DataFrame(out)
 
@@ -423,6 +431,10 @@ def scaling_text(df: pd.DataFrame) -> str:
         med = at.median()
         pivot = ", ".join(f"{m} {v:.2f}x" for m, v in med["pivot_speedup_vs_world1"].dropna().items())
         mask = ", ".join(f"{m} {v:.2f}x" for m, v in med["mask_speedup_vs_world1"].dropna().items())
+        if not pivot and not mask:
+            commits = "/".join(dict.fromkeys(g["commit"]))
+            parts.append(f"{model}, 1 -> {top:.0f} GPUs: not comparable (world sizes measured at {commits})")
+            continue
         parts.append(f"{model}, 1 -> {top:.0f} GPUs, per block: pivot {pivot}; mask generation {mask}")
     return "; ".join(parts)
 

@@ -342,6 +342,37 @@ def test_rows_of_several_world_sizes_stay_apart_and_scale_per_block():
     assert set(suite.scaling(pd.concat([df, w1]))["variant"]) == {"TBS(4) every=1"}
 
 
+def test_scaling_only_between_rows_of_one_commit():
+    """Merged launches of different commits may time different code (session 30: world 4 at
+    aa25838 with a faster pivot beside world 1 at 291c96d read as 30x pivot scaling): no speedup
+    over world 1 across commits, a row that says why, and the summary says so."""
+    import pandas as pd
+
+    from suites import fast_figure3_e2e as suite
+
+    rows = []
+    for world, commit, pivot in (
+        (1, "291c96d" + "0" * 33, 26.0),
+        (2, "291c96d" + "0" * 33, 13.0),
+        (4, "aa25838" + "1" * 33, 1.0),
+    ):
+        label = suite.model_label("map-neo-7b", 28, 28, world)
+        for metric, value in (("world_size", world), ("layers", 28), ("paper_layers", 28)):
+            rows.append(dict(method="setup", shape=label, variant="", metric=metric, value=value, git_commit=commit))
+        for metric, value in (("mask_ms", 8.0 / world), ("pivot_ms", pivot), ("step_ms", 100.0)):
+            rows.append(
+                dict(
+                    method="fast", shape=label, variant="TBS(4) every=1", metric=metric, value=value, git_commit=commit
+                )
+            )
+    df = pd.DataFrame(rows)
+    t = suite.scaling(df).set_index("world")
+    assert t.loc[2, "pivot_speedup_vs_world1"] == 2.0 and t.loc[2, "mask_speedup_vs_world1"] == 2.0
+    assert pd.isna(t.loc[4, "pivot_speedup_vs_world1"]) and pd.isna(t.loc[4, "mask_speedup_vs_world1"])
+    assert t.loc[4, "comparable"] == "not comparable: world 1 measured at 291c96d, this at aa25838"
+    assert "not comparable (world sizes measured at 291c96d/aa25838)" in suite.scaling_text(df)
+
+
 def test_compiled_baseline_masks_allow_a_graph_per_piece_shape():
     """A training step masks every piece (several shapes) with each pattern: the compiled baseline
     is one static graph per (shape, pattern, method), beyond dynamo's default limit of 8 (this
