@@ -537,11 +537,15 @@ def _plot_scaling(ax, scale: pd.DataFrame, model: str, palette: list[str]) -> No
         ax.plot(med.index, med["mask_ms_per_block"], marker="s", linestyle="--", color=color, label=f"{method} mask")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xticks(sorted(sub["world"].unique()))
-    ax.set_xticklabels([f"{w:.0f}" for w in sorted(sub["world"].unique())])
-    ax.set_xlabel("GPUs (tensor parallel)")
+    worlds = sorted(sub["world"].unique())
+    commits = sub.groupby("world")["commit"].first() if "commit" in sub else pd.Series(dtype=str)
+    mixed = commits.nunique() > 1  # rows of several commits: the lines show code changes too
+    ax.set_xticks(worlds)
+    ax.set_xticklabels([f"{w:.0f}\n{commits[w]}" if mixed else f"{w:.0f}" for w in worlds])
+    ax.set_xlabel("GPUs (tensor parallel)" + (", commit" if mixed else ""))
     ax.set_ylabel("ms per block per step (log)")
-    ax.set_title(f"{model}: scaling, masks every {every} (median over patterns)")
+    title = f"{model}: scaling, masks every {every} (median over patterns)"
+    ax.set_title(title + ("\nworld sizes measured at different commits: not comparable" if mixed else ""))
     ax.legend(fontsize=6, ncol=2, loc="best")
 
 
