@@ -24,6 +24,7 @@ top-k, sort and ``kthvalue``: ``docs/methods.md``), plus device counts for the t
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 
 import torch
@@ -136,8 +137,9 @@ class TorchFlexMasker:
 
     Validation, the budget k and the configuration tensor are prepared here; a call launches
     device work only. ``compile=True`` wraps the per-weight mask function and the pivot in
-    ``torch.compile`` (fullgraph, static shapes): the compiled form of the same code. Returns new
-    mask tensors on every call.
+    ``torch.compile`` (fullgraph): the compiled form of the same code, with static shapes, but for
+    TBS(x >= 8), whose mask function is compiled once for every weight shape (``masks_any_shape``).
+    Returns new mask tensors on every call.
     """
 
     def __init__(
@@ -176,6 +178,11 @@ class TorchFlexMasker:
         if compile:
             self._pivot = torch.compile(pivot_and_tie, fullgraph=True, dynamic=False)
             self._mask = torch.compile(masks_of_weight, fullgraph=True, dynamic=False)
+            if isinstance(pattern, TBS) and pattern.x >= 8:
+                self._mask = masks_any_shape()
+                for w in self.weights:  # our own detached views: the caller's tensors stay unmarked
+                    torch._dynamo.maybe_mark_dynamic(w, 0)
+                    torch._dynamo.maybe_mark_dynamic(w, 1)
 
     def __call__(self) -> list[torch.Tensor]:
         # every (shape, pattern, method) is its own static graph: allow as many as a suite needs
@@ -187,6 +194,16 @@ class TorchFlexMasker:
             return [
                 self._mask(w, self.pattern, self.method, self.configs, pivot, tie, self.table) for w in self.weights
             ]
+
+
+@functools.cache
+def masks_any_shape(backend: object = "inductor") -> Callable:
+    """``masks_of_weight`` compiled (fullgraph) for weights whose two dimensions are marked dynamic:
+    one graph per pattern and method serves every weight shape of every model. For TBS(x >= 8):
+    its selection (two starts, two sweeps of row-pair swaps) unrolls into a graph that takes about
+    40 s to compile on a GPU host per static shape (9 minutes on a CPU), so static shapes would cost
+    minutes per model. ``backend``: for tests (dynamo's own counters)."""
+    return torch.compile(masks_of_weight, fullgraph=True, backend=backend)
 
 
 def recompile_limit(n: int) -> contextlib.AbstractContextManager:
@@ -202,6 +219,7 @@ __all__ = [
     "TorchFlexMasker",
     "choose_torch",
     "choose_vegeta",
+    "masks_any_shape",
     "masks_of_weight",
     "needs_pivot",
     "pivot_and_tie",

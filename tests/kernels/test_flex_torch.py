@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from kernels.ops.flex import flex_mask_reference, tie_share
-from kernels.ops.flex_torch import TorchFlexMasker, masks_of_weight, pivot_and_tie, regular_table
+from kernels.ops.flex_torch import (
+    TorchFlexMasker,
+    masks_any_shape,
+    masks_of_weight,
+    pivot_and_tie,
+    recompile_limit,
+    regular_table,
+)
 from kernels.ops.patterns import NM, TBS, Unstructured, Vegeta
 from kernels.ops.pivot import find_pivot
 
@@ -124,6 +131,27 @@ def test_traces_without_graph_breaks(pattern, method):
     fn = torch.compile(masks_of_weight, fullgraph=True, backend="eager", dynamic=False)
     got = fn(ws[0], pattern, method, configs, pivot, tie, table)
     assert torch.equal(got, masks_of_weight(ws[0], pattern, method, configs, pivot, tie, table))
+
+
+def test_tbs8_compiles_once_for_every_shape():
+    """TBS(x >= 8)'s compiled baseline is one graph per method for every weight shape (its static
+    graphs took about 40 s each to compile on a GPU host), and gives the eager masks."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    fn = masks_any_shape(counter)
+    pattern, d = TBS(8), 0.5
+    configs = torch.tensor(pattern.configs, dtype=torch.float32)
+    for shape in ((64, 128), (128, 64), (192, 256)):
+        w = torch.randn(*shape).to(torch.bfloat16)
+        for dim in (0, 1):
+            torch._dynamo.maybe_mark_dynamic(w, dim)
+        pivot, tie = pivot_and_tie([w], round(d * w.numel()))
+        with recompile_limit(8):
+            got = fn(w, pattern, "torch", configs, pivot, tie, None)
+        assert torch.equal(got, masks_of_weight(w, pattern, "torch", configs, pivot, tie, None))
+    assert counter.frame_count == 1
 
 
 def test_compiled_equals_eager_inductor():
