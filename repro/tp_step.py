@@ -72,7 +72,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from kernels.ops.flex import flex_mask, flex_mask_reference, needs_pivot, tie_share
-from kernels.ops.flex_torch import masks_of_weight, recompile_limit, regular_table
+from kernels.ops.flex_torch import compiled_masks_of_weight, masks_of_weight, recompile_limit, regular_table
 from kernels.ops.nm_mask import nm_mask, nm_mask_reference
 from kernels.ops.patterns import NM, TBS, Pattern, parse_pattern
 from kernels.ops.pivot import above_and_at_triton, find_pivot, find_pivot_stats, kth_largest
@@ -348,7 +348,7 @@ class ShardMasker:
         self._mask_fn: Callable = masks_of_weight
         self.compiled = compile and method in ("torch", "vegeta")
         if self.compiled:
-            self._mask_fn = torch.compile(masks_of_weight, fullgraph=True, dynamic=False)
+            self._mask_fn = compiled_masks_of_weight(self.pattern, self.pieces)
         self.seeds = [fast_seed(self.rank, i) for i in range(len(self.pieces))]
         if fast_pivot not in FAST_PIVOTS:
             raise ValueError(f"fast_pivot must be one of {FAST_PIVOTS}, got {fast_pivot!r}")
@@ -397,7 +397,7 @@ class ShardMasker:
                 flex_mask(w, self.pattern, self.density, "fast", s, float(pivot), tie=float(tie), check_finite=False)
                 for w, s in zip(self.pieces, self.seeds, strict=True)
             ]
-        # every (piece shape, pattern, method) is its own static graph: more than dynamo's default 8
+        # every (piece shape, pattern, method) is its own static graph (TBS(x >= 8): one for every shape)
         with recompile_limit(1024) if self.compiled else contextlib.nullcontext():
             return [
                 self._mask_fn(w, self.pattern, self.method, self.configs, pivot, tie, self.table) for w in self.pieces

@@ -27,7 +27,10 @@ On a GPU every block is ``torch.compile``d (fullgraph) after the TP plan, as tor
 them (``parallelize_llama(compile_blocks=True)``): the forward+backward every method shares is then
 the fastest a PyTorch user runs, and not bound by eager DTensor dispatch (world 4 eager: 296 ms vs
 113 ms at world 1 for 460M, campaign 324330c). ``FAST_E2E_COMPILE=0`` runs the blocks eager; the
-``compiled_blocks`` setup row says which.
+``compiled_blocks`` setup row says which. The baselines' mask functions are ``torch.compile``d on
+a GPU for every pattern, as in figure3 (TBS(8) since fca38da, one graph for every shard shape:
+before, its baselines ran eager, about 3-7x slower than compiled on an H200:
+``results/tuning/h200_probe_compiled_baselines.txt``).
 
 Correctness first: before any timing, every method's masks (made on the shards with that
 method's distributed pivot) are checked against the readable reference of the same global weights
@@ -212,7 +215,7 @@ def _run(ctx: RunContext, device: torch.device, world: int) -> None:
                     continue  # no masks: one row serves every interval
                 torch.manual_seed(0)
                 model = parallelize_llama(LlamaModel(cfg, device=device), mesh, compile_blocks=compile_blocks)
-                compile_ = device.type == "cuda" and pattern not in ("TBS(8)",)  # figure3: TBS(8) eager
+                compile_ = device.type == "cuda"  # baselines compiled, as figure3's (TBS(8): any shape)
                 trainer = TPTrainer(
                     model,
                     mesh,

@@ -177,12 +177,7 @@ class TorchFlexMasker:
         self.compiled = compile
         if compile:
             self._pivot = torch.compile(pivot_and_tie, fullgraph=True, dynamic=False)
-            self._mask = torch.compile(masks_of_weight, fullgraph=True, dynamic=False)
-            if isinstance(pattern, TBS) and pattern.x >= 8:
-                self._mask = masks_any_shape()
-                for w in self.weights:  # our own detached views: the caller's tensors stay unmarked
-                    torch._dynamo.maybe_mark_dynamic(w, 0)
-                    torch._dynamo.maybe_mark_dynamic(w, 1)
+            self._mask = compiled_masks_of_weight(pattern, self.weights)
 
     def __call__(self) -> list[torch.Tensor]:
         # every (shape, pattern, method) is its own static graph: allow as many as a suite needs
@@ -206,6 +201,17 @@ def masks_any_shape(backend: object = "inductor") -> Callable:
     return torch.compile(masks_of_weight, fullgraph=True, backend=backend)
 
 
+def compiled_masks_of_weight(pattern: Pattern, weights: list[torch.Tensor]) -> Callable:
+    """The compiled ``masks_of_weight`` for ``weights`` (the caller's own detached tensors): static
+    shapes, but for TBS(x >= 8) one graph for every shape, the weights' dimensions marked dynamic."""
+    if not (isinstance(pattern, TBS) and pattern.x >= 8):
+        return torch.compile(masks_of_weight, fullgraph=True, dynamic=False)
+    for w in weights:
+        torch._dynamo.maybe_mark_dynamic(w, 0)
+        torch._dynamo.maybe_mark_dynamic(w, 1)
+    return masks_any_shape()
+
+
 def recompile_limit(n: int) -> contextlib.AbstractContextManager:
     """Raise dynamo's per-function recompile limit for the calls inside (named
     ``recompile_limit`` in torch >= 2.6, ``cache_size_limit`` before)."""
@@ -219,6 +225,7 @@ __all__ = [
     "TorchFlexMasker",
     "choose_torch",
     "choose_vegeta",
+    "compiled_masks_of_weight",
     "masks_any_shape",
     "masks_of_weight",
     "needs_pivot",
