@@ -10,8 +10,8 @@ call, as a training loop holds it, and every call is device-only:
 
 - ``torch`` / ``torch_compiled``: the PyTorch implementation (largest-remainder configuration
   choice), written as an expert would (``kernels.ops.flex_torch``: top-k pivot, vectorised tiles, no
-  host sync), eager and ``torch.compile``d, on every model (static shapes: each weight shape
-  compiles once, about a minute a model in all).
+  host sync), eager and ``torch.compile``d, on every model (static shapes, each weight shape
+  compiled once, but TBS(8): one graph for every shape, ``masks_any_shape``).
 - ``vegeta`` / ``vegeta_compiled``: the Vegeta-based method (nearest configuration, then a
   correction), likewise.
 - ``fast``: ``kernels.ops.flex.FlexMasker`` (device window pivot: a 1/32 sample places a key

@@ -10,6 +10,7 @@ import torch
 from kernels.ops.flex import flex_mask_reference, tie_share
 from kernels.ops.flex_torch import (
     TorchFlexMasker,
+    compiled_masks_of_weight,
     masks_any_shape,
     masks_of_weight,
     pivot_and_tie,
@@ -152,6 +153,13 @@ def test_tbs8_compiles_once_for_every_shape():
             got = fn(w, pattern, "torch", configs, pivot, tie, None)
         assert torch.equal(got, masks_of_weight(w, pattern, "torch", configs, pivot, tie, None))
     assert counter.frame_count == 1
+
+
+def test_compiled_masks_of_weight_picks_the_graph():
+    """TBS(x >= 8) gets the shared any-shape graph; the other patterns a static compile of their own."""
+    ws = [torch.randn(16, 16)]
+    assert compiled_masks_of_weight(TBS(8), ws) is masks_any_shape()
+    assert compiled_masks_of_weight(TBS(4), ws) is not masks_any_shape()
 
 
 def test_compiled_equals_eager_inductor():
