@@ -3,9 +3,10 @@ nvdisasm that ship with Triton): instructions per element, by opcode, to see whe
 ALU-bound kernel spends its issue slots before spending device time on it. ``--tbs4``: the same
 for FAST's TBS(4,4) mask kernel (one 4x4 tile a thread), and where its instructions go, from
 variants of the generated source with one part cut (the n = 2 search, the n = 1/3 permutation
-search, both, the Philox draw); a variant's masks are wrong, only its count matters.
+search, both, the Philox draw); a variant's masks are wrong, only its count matters. ``--tbs8``:
+FAST's TBS(8) kernel with 0, 1 and 2 sweeps (where its registers and spills come from).
 
-    python3 scripts/probes/sass_count.py [--dump KERNEL] [--tbs4]
+    python3 scripts/probes/sass_count.py [--dump KERNEL] [--tbs4] [--tbs8]
 """
 
 from __future__ import annotations
@@ -137,14 +138,35 @@ def tbs4_attribution(top: int) -> None:
             print("    " + ", ".join(f"{k} {v}" for k, v in ops.most_common(top)))
 
 
+def tbs8_sweeps(top: int) -> None:
+    """FAST's TBS(8) kernel (``_flex_tbs_kernel``, TC = 128, 4 warps: what FlexMasker launches)
+    with 0, 1 and 2 sweeps of row-pair swaps: registers, spill loads and stores, instructions.
+    Two sweeps are a loop, whose body is counted once."""
+    from kernels.ops import _flex_triton as ft
+
+    sig = {"w_ptr": "*bf16", "m_ptr": "*i8", "pivot": "fp32", "tie": "fp32", "seed": "i32"}
+    sig |= {k: "i32" for k in ("n_tile_cols", "stride_w", "stride_m")}
+    for sweeps in (0, 1, 2):
+        cx = {"X": 8, "TC": 128, "SWEEPS": sweeps, "PIVOT_PTR": False, "PDL": 0}
+        sass, regs = compile_sass(ft._flex_tbs_kernel, {**sig, **{k: "constexpr" for k in cx}}, cx, 4)
+        ops = opcode_counts(sass)
+        spills = f"STL {ops['STL']}, LDL {ops['LDL']}"
+        print(f"TBS(8) SWEEPS={sweeps}: {sum(ops.values())} instructions, {regs} registers, {spills}")
+        print("    " + ", ".join(f"{k} {v}" for k, v in ops.most_common(top)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", default=None, help="substring of a case name: print its SASS")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--tbs4", action="store_true", help="FAST's TBS(4,4) mask kernel and its cut variants")
+    ap.add_argument("--tbs8", action="store_true", help="FAST's TBS(8) kernel with 0, 1, 2 swap sweeps")
     args = ap.parse_args()
     if args.tbs4:
         tbs4_attribution(args.top)
+        return
+    if args.tbs8:
+        tbs8_sweeps(args.top)
         return
     for name, fn, sig, cx, (bk, warps), *tiles in cases():
         full = {**sig, **{k: "constexpr" for k in cx}}
