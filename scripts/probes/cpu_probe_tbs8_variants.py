@@ -17,6 +17,11 @@ sweep-starts (one sweep on one start; today 4):
      every quadrant searched exhaustively (TBS(4)'s searches), no sweep                  0
   Q4 the best of Q on four halvings of the rows and columns (contiguous / even-odd)      0
   Qs1, Q4s1: Q / Q4, then one sweep                                                        1
+  R1 the better start by its permutation total, 1 sweep that re-optimises each row pair whole
+     (the columns where exactly one row keeps go to the row with the larger difference, as many
+     as it kept; session 31)                                                              1
+  L5s1 the best of 5 Latin-square starts (wrapped diagonals, anti-diagonals, XOR, and the
+     diagonals of slopes 3 and 5, each its n best symbols), then 1 sweep (session 31)       1
 A quadrant structure costs about what TBS(4)'s searches cost on 64 values for every a (about
 35 instructions a value; Q4 four times that), against about 3 for a permutation start; Q and Q4
 are not in sweep-start units.
@@ -98,6 +103,39 @@ def _quadrant_start(t: torch.Tensor, n: int, halvings: int) -> tuple[torch.Tenso
     return best
 
 
+def _reopt_sweep(t: torch.Tensor, layout: torch.Tensor) -> None:
+    """One sweep of whole row-pair re-optimisations (pairs in the swap sweeps' XOR order), in place."""
+    x = t.shape[-1]
+    for r in range(1, x):
+        for i in range(x):
+            p = i ^ r
+            if not i < p < x:
+                continue
+            one = layout[:, i] ^ layout[:, p]
+            k = (layout[:, i] & ~layout[:, p]).sum(1)
+            d = (t[:, i] - t[:, p]).masked_fill(~one, -torch.inf)
+            order = torch.sort(d, dim=1, descending=True, stable=True).indices
+            rank = torch.empty_like(order).scatter_(1, order, torch.arange(x).expand_as(order))
+            to_i = one & (rank < k[:, None])
+            both = layout[:, i] & layout[:, p]
+            layout[:, i], layout[:, p] = both | to_i, both | (one & ~to_i)
+
+
+def _latin_start(t: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The best of 5 Latin-square starts (cell (i, c) holds symbol L(i, c); the n best symbols)."""
+    x = t.shape[-1]
+    i, c = torch.arange(x)[:, None], torch.arange(x)[None]
+    best = None
+    for sym in ((c - i) % x, (c + i) % x, c ^ i, (c - 3 * i) % x, (c - 5 * i) % x):
+        onehot = torch.nn.functional.one_hot(sym, x).bool()
+        score = torch.einsum("tij,ijs->ts", t, onehot.float())
+        keep = torch.zeros_like(score, dtype=torch.bool).scatter_(1, score.topk(n, dim=1).indices, True)
+        lay = (onehot[None] & keep[:, None, None, :]).any(-1)
+        cand = (lay, (t * lay).sum((1, 2)))
+        best = cand if best is None else _better(best, cand)
+    return best
+
+
 def variant(name: str, t: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     t = t.float()
     if name.startswith("Q"):
@@ -123,12 +161,22 @@ def variant(name: str, t: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         return layout
     if name == "D":
         return _start(t, n, False, 2)[0]
+    if name == "R1":
+        layout = _better(_permutation_start(t, n, False), _permutation_start(t, n, True))[0].clone()
+        _reopt_sweep(t, layout)
+        return layout
+    if name == "L5s1":
+        layout, total = _latin_start(t, int(n[0]))
+        layout = layout.clone()
+        _swap_sweeps(t, layout, total.clone(), 1)
+        return layout
     if name == "E":
         return _better(_start(t, n, False, 1), _start(t, n, True, 1))[0]
     raise ValueError(name)
 
 
 WORK = {"A": 4, "B": 2, "C": 3, "D": 2, "E": 2, "F": 3, "G": 1, "H": 1, "Q": 0, "Q4": 0, "Qs1": 1, "Q4s1": 1}
+WORK |= {"R1": 1, "L5s1": 1}
 
 
 def main() -> None:
