@@ -1,5 +1,6 @@
 """Probe (GPU, not a suite): can figure3 compile its baselines on every model? Times the compile
-and one eager vs compiled call of ``TorchFlexMasker`` and checks the masks against the eager ones:
+and the eager vs compiled call (``repro.timing.time_gpu``, as figure3 times) of ``TorchFlexMasker``
+and checks the masks against the eager ones:
 first TBS(8) on a MAP-NEO 460M block (one graph for every shape: ``masks_any_shape``), then
 TBS(4) / Vegeta(8) / 2:4 on a Llama-2 13B block (static shapes). Stops starting new cases after
 ``--budget`` seconds. Record: results/tuning/h200_probe_compiled_baselines.txt.
@@ -19,20 +20,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from kernels.ops.flex_torch import TorchFlexMasker  # noqa: E402
 from kernels.ops.patterns import parse_pattern  # noqa: E402
+from repro.timing import time_gpu  # noqa: E402
 from suites.figure3 import DENSITY, _block, _models  # noqa: E402
-
-
-def _ms(fn, reps: int = 5) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
 
 
 def main() -> None:
@@ -59,7 +48,8 @@ def main() -> None:
         want = eager()
         same = all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
         print(f"{model} {pat}: compile+first call {compile_s:.1f} s, masks equal to eager: {same}", flush=True)
-        print(f"   eager {_ms(eager):.2f} ms, compiled {_ms(comp):.2f} ms a block (no graph)", flush=True)
+        e, c = time_gpu(eager).ms, time_gpu(comp).ms  # graph replays, L2 flushed, median (figure3's timer)
+        print(f"   eager {e:.2f} ms, compiled {c:.2f} ms a block", flush=True)
     print(f"total {time.perf_counter() - t0:.0f} s", flush=True)
 
 
