@@ -198,7 +198,23 @@ def masks_any_shape(backend: object = "inductor") -> Callable:
     its selection (two starts, two sweeps of row-pair swaps) unrolls into a graph that takes about
     40 s to compile on a GPU host per static shape (9 minutes on a CPU), so static shapes would cost
     minutes per model. ``backend``: for tests (dynamo's own counters)."""
-    return torch.compile(masks_of_weight, fullgraph=True, backend=backend)
+    compiled = torch.compile(_masks_of_weight_any_shape, fullgraph=True, backend=backend)
+
+    def masks(*args: object) -> list[torch.Tensor]:
+        # only the dimensions marked dynamic: with automatic dynamic shapes, a recompile (a new
+        # pattern or method) would make the pattern's own integers (x) symbolic, which its checks
+        # cannot format (dynamo: "BUILD_STRING type error", figure3 at 47b55c9 on an H200)
+        with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+            return compiled(*args)
+
+    return masks
+
+
+def _masks_of_weight_any_shape(*args: object) -> torch.Tensor:
+    """``masks_of_weight`` under a code object of its own: dynamo keeps its automatic-dynamic
+    state per code object, and the static compiles of ``masks_of_weight`` (other patterns, whose
+    x differs) must not make this graph's integers dynamic."""
+    return masks_of_weight(*args)
 
 
 def compiled_masks_of_weight(pattern: Pattern, weights: list[torch.Tensor]) -> Callable:

@@ -155,6 +155,28 @@ def test_tbs8_compiles_once_for_every_shape():
     assert counter.frame_count == 1
 
 
+def test_tbs8_any_shape_after_static_graphs():
+    """The any-shape graph compiles after static graphs of other patterns and for a second method:
+    with dynamo's automatic dynamic shapes, the recompile made TBS's own x symbolic and its shape
+    check failed to trace (figure3 on an H200 at 47b55c9: "BUILD_STRING type error")."""
+    torch._dynamo.reset()
+    static = torch.compile(masks_of_weight, fullgraph=True, dynamic=False, backend="eager")
+    w4 = torch.randn(64, 128).to(torch.bfloat16)
+    args4 = (TBS(4), "torch", torch.tensor(TBS(4).configs, dtype=torch.float32), *pivot_and_tie([w4], 4096))
+    static(w4, *args4, regular_table(4, w4.device))
+    fn = masks_any_shape("eager")
+    pattern = TBS(8)
+    configs = torch.tensor(pattern.configs, dtype=torch.float32)
+    for method, shape in (("torch", (64, 128)), ("vegeta", (128, 64)), ("torch", (192, 256))):
+        w = torch.randn(*shape).to(torch.bfloat16)
+        for dim in (0, 1):
+            torch._dynamo.maybe_mark_dynamic(w, dim)
+        pivot, tie = pivot_and_tie([w], w.numel() // 2)
+        with recompile_limit(8):
+            got = fn(w, pattern, method, configs, pivot, tie, None)
+        assert torch.equal(got, masks_of_weight(w, pattern, method, configs, pivot, tie, None))
+
+
 def test_compiled_masks_of_weight_picks_the_graph():
     """TBS(x >= 8) gets the shared any-shape graph; the other patterns a static compile of their own."""
     ws = [torch.randn(16, 16)]
