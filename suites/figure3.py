@@ -373,7 +373,7 @@ def _training_steps(ctx: RunContext) -> None:
         if ctx.profile == "full"
         else LlamaConfig(hidden=64, ffn=128, layers=2, heads=4, vocab=256, seq_len=32)
     )
-    batch, steps = (4, 20) if ctx.profile == "full" else (2, 4)
+    batch, steps, warmup = (4, 20, 2) if ctx.profile == "full" else (2, 4, 2)
     pattern = TBS(8)
     model_name = "map-neo-460m" if ctx.profile == "full" else "smoke-64"
     for method in (*BASELINES, "fast"):
@@ -383,11 +383,14 @@ def _training_steps(ctx: RunContext) -> None:
             linears = sparse_linears(model)
 
             mask_fn = _trainer_mask_fn(pattern, method, ctx.device)
+            # the masker is built at the first step, where a compiled baseline compiles (its
+            # first run of fp32 weights): the step lines below say how long that took
+            ctx.log(f"  train step {method:>6s} every {every:2d}: {batch}x{cfg.seq_len} tokens, {warmup}+{steps} steps")
 
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=ctx.device.type == "cuda")
             trainer = MaskedTrainer(model, linears, mask_fn, every, opt)
             tokens = torch.randint(0, cfg.vocab, (batch, cfg.seq_len), device=ctx.device)
-            stats = time_training_steps(trainer, tokens, steps=steps, warmup=2)
+            stats = time_training_steps(trainer, tokens, steps=steps, warmup=warmup, progress_every=1)
             ctx.check(stats["loss_last"] == stats["loss_last"], f"training step {method} every {every}: NaN loss")
             add = partial(
                 ctx.results.add,
