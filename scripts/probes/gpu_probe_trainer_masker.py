@@ -41,13 +41,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=300.0)
     ap.add_argument("--methods", default="torch,vegeta")
-    ap.add_argument("--smoke", action="store_true", help="a 2-layer model on the CPU (checks this script)")
+    ap.add_argument("--smoke", action="store_true", help="a small 24-layer model (168 weights, as 460M has) on the CPU")
     args = ap.parse_args()
     t0 = time.perf_counter()
     dev = torch.device("cpu" if args.smoke else "cuda")
     print(torch.__version__, torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", flush=True)
     torch.manual_seed(0)
-    cfg = LlamaConfig(hidden=64, ffn=176, layers=2, heads=4, vocab=256, seq_len=32) if args.smoke else None
+    cfg = LlamaConfig(hidden=64, ffn=176, layers=24, heads=4, vocab=256, seq_len=32) if args.smoke else None
     model = LlamaModel(cfg or CONFIGS["map-neo-460m"]).to(dev)
     ws = [lin.weight.detach() for lin in sparse_linears(model).values()]
     shapes = sorted({tuple(w.shape) for w in ws})
