@@ -143,7 +143,7 @@ def _keep_journal(suite: str, results) -> None:
     root = results.journal.parent.parent
     print(
         f"   the run stopped before its end; its {n} finished rows are kept in {results.journal}: "
-        f"python scripts/merge_results.py {suite} {root} --partial",
+        f"python scripts/merge_results.py {suite} {results.journal} --partial --into {root}",
         file=sys.stderr,
         flush=True,
     )

@@ -4,6 +4,7 @@ GPUs, or parts of a suite split over machine starts, e.g. ``REPRO_TABLE8_MODELS`
 the suite's figures with ``python -m repro plot SUITE``.
 
     python3 scripts/merge_results.py SUITE RESULTS_ROOT [RESULTS_ROOT ...] [--into results]
+    python3 scripts/merge_results.py SUITE RESULTS_ROOT/DEVICE/SUITE.PROFILE.partial --partial --into RESULTS_ROOT
 
 Every part must hold rows of the same device and profile, and no two parts may share a row key
 (method, variant, shape, dtype, metric): a duplicate would silently hide one measurement. The
@@ -12,7 +13,8 @@ device-ceiling rows every part measured are the exception: the first part's are 
 the stored rows of the other shapes, each with the commit it was measured at.
 ``--partial``: a part whose run stopped before its end (no ``<suite>.csv``) contributes the rows
 it finished, from its journal ``<suite>.<profile>.partial`` (``repro.results.ResultSet.
-start_journal``), each marked as such in its ``command``; use it with ``--keep-other-shapes``
+start_journal``; a part may also name the journal file itself, as where it lies beside finished
+results), each marked as such in its ``command``; use it with ``--keep-other-shapes``
 so that the stored rows of what the run did not reach stay. Whenever a part is such a journal,
 the stored rows whose key no part re-measured stay too (each with its own commit): a run cut
 before its last row must not delete the older rows of what it never reached.
@@ -35,6 +37,16 @@ KEY = ["method", "variant", "shape", "dtype", "metric"]
 def _part(root: Path, suite: str, partial: bool) -> pd.DataFrame:
     """A part's rows: its results file, or (``partial``) the journal of a run that stopped early
     (those rows carry ``_journal`` = True)."""
+    if root.is_file():
+        # a journal named itself: the one part of a folder that also holds the suite's finished
+        # csv (a run stopped early in the folder of earlier finished runs, e.g. results/)
+        if not (partial and root.name.startswith(f"{suite}.") and root.name.endswith(JOURNAL_SUFFIX)):
+            raise SystemExit(f"{root}: a file part must be a journal {suite}.<profile>{JOURNAL_SUFFIX}, with --partial")
+        df = read_journal(root)
+        if df.empty:
+            raise SystemExit(f"{root}: the run stopped before it finished any row")
+        print(f"{root}: {len(df)} rows of a partial run")
+        return df.assign(_slug=root.parent.name, _journal=True)
     found = sorted(root.glob(f"*/{suite}.csv"))
     journals = sorted(root.glob(f"*/{suite}.*{JOURNAL_SUFFIX}")) if partial else []
     if len(found) == 1 and not journals:

@@ -84,6 +84,34 @@ def test_a_run_that_runs_out_of_memory_keeps_its_finished_rows(tmp_path: Path, c
     assert len(out) == 2 and out["command"].str.endswith(PARTIAL_MARK).all()
 
 
+def test_a_journal_beside_finished_results_merges_by_its_path(tmp_path: Path, capsys, stub_run) -> None:
+    """The printed command works where the journal lies beside finished csvs of other devices
+    (results/ itself): figure3 at 01a159e printed one that found two csvs and stopped."""
+    other = ResultSet("table2", "Table 2", "smoke", torch.device("cpu"))
+    _rows(other, 1, shape="old")
+    other.prov["device"] = "another-gpu"
+    other.write(tmp_path)
+
+    def run(ctx):
+        _rows(ctx.results, 2)
+        raise RuntimeError("the lease ended")
+
+    stub_run(run)
+    with pytest.raises(RuntimeError):
+        _cli(tmp_path)
+    err = capsys.readouterr().err
+    journal = tmp_path / "cpu" / "table2.smoke.partial"
+    assert f"{journal} --partial --into {tmp_path}" in err
+    merge = _merge_module()
+    with pytest.raises(SystemExit, match="expected one"):
+        merge.merge("table2", [tmp_path], tmp_path, partial=True)
+    out = read_results(merge.merge("table2", [journal], tmp_path, partial=True))
+    assert len(out) == 2 and out["command"].str.endswith(PARTIAL_MARK).all()
+    assert len(read_results(tmp_path / "another-gpu" / "table2.csv")) == 1
+    with pytest.raises(SystemExit, match="must be a journal"):
+        merge.merge("table2", [tmp_path / "another-gpu" / "table2.csv"], tmp_path, partial=True)
+
+
 def test_a_run_that_fails_a_check_keeps_nothing(tmp_path: Path, stub_run) -> None:
     def run(ctx):
         _rows(ctx.results, 2)
