@@ -42,26 +42,26 @@ def _part(root: Path, suite: str, partial: bool) -> pd.DataFrame:
         # csv (a run stopped early in the folder of earlier finished runs, e.g. results/)
         if not (partial and root.name.startswith(f"{suite}.") and root.name.endswith(JOURNAL_SUFFIX)):
             raise SystemExit(f"{root}: a file part must be a journal {suite}.<profile>{JOURNAL_SUFFIX}, with --partial")
-        df = read_journal(root)
-        if df.empty:
-            raise SystemExit(f"{root}: the run stopped before it finished any row")
-        print(f"{root}: {len(df)} rows of a partial run")
-        return df.assign(_slug=root.parent.name, _journal=True)
+        return _journal_part(root)
     found = sorted(root.glob(f"*/{suite}.csv"))
     journals = sorted(root.glob(f"*/{suite}.*{JOURNAL_SUFFIX}")) if partial else []
     if len(found) == 1 and not journals:
         return read_results(found[0]).assign(_slug=found[0].parent.name, _journal=False)
     if not found and len(journals) == 1:
-        df = read_journal(journals[0])
-        if df.empty:
-            raise SystemExit(f"{journals[0]}: the run stopped before it finished any row")
-        print(f"{root}: {len(df)} rows of a partial run ({journals[0].name})")
-        return df.assign(_slug=journals[0].parent.name, _journal=True)
+        return _journal_part(journals[0])
     hint = "" if partial else " (a run that stopped early: --partial takes its journal)"
     raise SystemExit(
         f"{root}: expected one */{suite}.csv{' or one journal' if partial else ''}, found "
         f"{[str(f) for f in found + journals]}{hint}"
     )
+
+
+def _journal_part(journal: Path) -> pd.DataFrame:
+    df = read_journal(journal)
+    if df.empty:
+        raise SystemExit(f"{journal}: the run stopped before it finished any row")
+    print(f"{journal}: {len(df)} rows of a partial run")
+    return df.assign(_slug=journal.parent.name, _journal=True)
 
 
 def merge(suite: str, parts: list[Path], into: Path, keep_other_shapes: bool = False, partial: bool = False) -> Path:

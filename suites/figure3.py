@@ -373,7 +373,8 @@ def _training_steps(ctx: RunContext) -> None:
         if ctx.profile == "full"
         else LlamaConfig(hidden=64, ffn=128, layers=2, heads=4, vocab=256, seq_len=32)
     )
-    batch, steps, warmup = (4, 20, 2) if ctx.profile == "full" else (2, 4, 2)
+    batch, steps = (4, 20) if ctx.profile == "full" else (2, 4)
+    warmup = 2
     pattern = TBS(8)
     model_name = "map-neo-460m" if ctx.profile == "full" else "smoke-64"
     for method in (*BASELINES, "fast"):

@@ -134,6 +134,18 @@ def test_traces_without_graph_breaks(pattern, method):
     assert torch.equal(got, masks_of_weight(ws[0], pattern, method, configs, pivot, tie, table))
 
 
+def _check_any_shape(fn, shape: tuple[int, int], pattern, method: str, configs: torch.Tensor, d: float) -> None:
+    """``fn`` (an any-shape graph) on a fresh bf16 weight whose dimensions are marked dynamic, as
+    ``compiled_masks_of_weight`` marks them, gives the eager masks."""
+    w = torch.randn(*shape).to(torch.bfloat16)
+    for dim in (0, 1):
+        torch._dynamo.maybe_mark_dynamic(w, dim)
+    pivot, tie = pivot_and_tie([w], round(d * w.numel()))
+    with recompile_limit(8):
+        got = fn(w, pattern, method, configs, pivot, tie, None)
+    assert torch.equal(got, masks_of_weight(w, pattern, method, configs, pivot, tie, None))
+
+
 def test_tbs8_compiles_once_for_every_shape():
     """TBS(x >= 8)'s compiled baseline is one graph per method for every weight shape (its static
     graphs took about 40 s each to compile on a GPU host), and gives the eager masks."""
@@ -145,13 +157,7 @@ def test_tbs8_compiles_once_for_every_shape():
     pattern, d = TBS(8), 0.5
     configs = torch.tensor(pattern.configs, dtype=torch.float32)
     for shape in ((64, 128), (128, 64), (192, 256)):
-        w = torch.randn(*shape).to(torch.bfloat16)
-        for dim in (0, 1):
-            torch._dynamo.maybe_mark_dynamic(w, dim)
-        pivot, tie = pivot_and_tie([w], round(d * w.numel()))
-        with recompile_limit(8):
-            got = fn(w, pattern, "torch", configs, pivot, tie, None)
-        assert torch.equal(got, masks_of_weight(w, pattern, "torch", configs, pivot, tie, None))
+        _check_any_shape(fn, shape, pattern, "torch", configs, d)
     assert counter.frame_count == 1
 
 
@@ -168,13 +174,7 @@ def test_tbs8_any_shape_after_static_graphs():
     pattern = TBS(8)
     configs = torch.tensor(pattern.configs, dtype=torch.float32)
     for method, shape in (("torch", (64, 128)), ("vegeta", (128, 64)), ("torch", (192, 256))):
-        w = torch.randn(*shape).to(torch.bfloat16)
-        for dim in (0, 1):
-            torch._dynamo.maybe_mark_dynamic(w, dim)
-        pivot, tie = pivot_and_tie([w], w.numel() // 2)
-        with recompile_limit(8):
-            got = fn(w, pattern, method, configs, pivot, tie, None)
-        assert torch.equal(got, masks_of_weight(w, pattern, method, configs, pivot, tie, None))
+        _check_any_shape(fn, shape, pattern, method, configs, 0.5)
 
 
 def test_compiled_masks_of_weight_picks_the_graph():
