@@ -41,7 +41,15 @@ def pivot_and_tie(weights: list[torch.Tensor], k: int) -> tuple[torch.Tensor, to
     """(pivot, tie share) as 0-dim float32 device tensors: the k-th largest |w| over all
     ``weights`` and the fraction of the entries equal to it that the budget k needs (float64
     quotient, as ``kernels.ops.flex.tie_share`` computes it on the host)."""
-    mags = torch.cat([w.reshape(-1) for w in weights]).abs()
+    return pivot_and_tie_of_flat(torch.cat([w.reshape(-1) for w in weights]), k)
+
+
+def pivot_and_tie_of_flat(flat: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``pivot_and_tie`` of the weights already concatenated into one 1-D tensor. The compiled
+    masker compiles this, not ``pivot_and_tie``: a graph whose inputs are a whole model's weights
+    (168 for MAP-NEO 460M) finished no compile in 7 minutes on an H200 (results/tuning/
+    h200_probe_trainer_masker_a6d205f.txt), and the one eager ``torch.cat`` costs one pass."""
+    mags = flat.abs()
     if k == 0:
         inf = torch.full((), float("inf"), dtype=torch.float32, device=mags.device)
         return inf, torch.ones((), dtype=torch.float32, device=mags.device)
@@ -172,13 +180,17 @@ class TorchFlexMasker:
         self._one = torch.ones((), dtype=torch.float32, device=device)
         small_tbs = isinstance(pattern, TBS) and pattern.x <= 4
         self.table = regular_table(pattern.x, device) if small_tbs else None
-        self._pivot: Callable = pivot_and_tie
+        self._pivot_of_flat: Callable = pivot_and_tie_of_flat
         self._mask: Callable = masks_of_weight
         self.compiled = compile
         if compile:
-            self._pivot = torch.compile(pivot_and_tie, fullgraph=True, dynamic=False)
+            self._pivot_of_flat = torch.compile(pivot_and_tie_of_flat, fullgraph=True, dynamic=False)
             self._mask = compiled_masks_of_weight(pattern, self.weights)
 
+    def _pivot(self, weights: list[torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._pivot_of_flat(torch.cat([w.reshape(-1) for w in weights]), k)
+
+    @torch.no_grad()
     def __call__(self) -> list[torch.Tensor]:
         # every (shape, pattern, method) is its own static graph: allow as many as a suite needs
         with recompile_limit(1024) if self.compiled else contextlib.nullcontext():
@@ -197,8 +209,14 @@ def masks_any_shape(backend: object = "inductor") -> Callable:
     one graph per pattern and method serves every weight shape of every model. For TBS(x >= 8):
     its selection (two starts, two sweeps of row-pair swaps) unrolls into a graph that takes about
     40 s to compile on a GPU host per static shape (9 minutes on a CPU), so static shapes would cost
-    minutes per model. ``backend``: for tests (dynamo's own counters)."""
-    compiled = torch.compile(_masks_of_weight_any_shape, fullgraph=True, backend=backend)
+    minutes per model. ``backend``: for tests (dynamo's own counters).
+
+    Inductor's on-disk FX graph cache is off for this graph: its key names the symbolic sizes, not
+    their hints, so a graph compiled for other sizes (the GPU tests' small weights) is reused with
+    kernels tuned for them. On an H200 at a6d205f, after the GPU tests, the compiled TBS(8)
+    baseline took 14.3 s on MAP-NEO 7B, slower than eager (9.5 s); compiled afresh, 4.0 s."""
+    options = {"fx_graph_cache": False} if backend == "inductor" else None
+    compiled = torch.compile(_masks_of_weight_any_shape, fullgraph=True, backend=backend, options=options)
 
     def masks(*args: object) -> list[torch.Tensor]:
         # only the dimensions marked dynamic: with automatic dynamic shapes, a recompile (a new
@@ -253,5 +271,6 @@ __all__ = [
     "masks_of_weight",
     "needs_pivot",
     "pivot_and_tie",
+    "pivot_and_tie_of_flat",
     "recompile_limit",
 ]

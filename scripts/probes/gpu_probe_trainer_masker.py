@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from kernels.ops.flex_torch import TorchFlexMasker, recompile_limit  # noqa: E402
+from kernels.ops.flex_torch import TorchFlexMasker, pivot_and_tie, recompile_limit  # noqa: E402
 from kernels.ops.patterns import TBS  # noqa: E402
 from repro.models.llama import CONFIGS, LlamaConfig, LlamaModel, sparse_linears  # noqa: E402
 from suites.figure3 import DENSITY  # noqa: E402
@@ -42,6 +42,11 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=300.0)
     ap.add_argument("--methods", default="torch,vegeta")
     ap.add_argument("--smoke", action="store_true", help="a small 24-layer model (168 weights, as 460M has) on the CPU")
+    ap.add_argument(
+        "--old-pivot",
+        action="store_true",
+        help="only time the pivot compiled as at a6d205f: pivot_and_tie over the 168 weights as inputs",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
     dev = torch.device("cpu" if args.smoke else "cuda")
@@ -53,6 +58,12 @@ def main() -> None:
     shapes = sorted({tuple(w.shape) for w in ws})
     print(f"{len(ws)} weights, {sum(w.numel() for w in ws) / 1e6:.1f}M fp32 values, shapes {shapes}", flush=True)
     pattern = TBS(8)
+    if args.old_pivot:
+        k = round(DENSITY * sum(w.numel() for w in ws))
+        old = torch.compile(pivot_and_tie, fullgraph=True, dynamic=False)
+        with torch.no_grad():
+            timed("pivot_and_tie over the weights as graph inputs, compile + first call", lambda: old(ws, k), t0)
+        return
     with torch.no_grad():
         for method in args.methods.split(","):
             if time.perf_counter() - t0 > args.budget:
