@@ -193,6 +193,43 @@ def test_compiled_equals_eager_inductor():
         assert all(torch.equal(a, b) for a, b in zip(compiled, eager, strict=True))
 
 
+def test_compiled_masker_graph_inputs(monkeypatch):
+    """The compiled masker's pivot graph takes one static tensor, the weights concatenated, however
+    many weights there are: over a whole model's weights as inputs, dimensions marked dynamic by the
+    TBS(8) graph, it never finished compiling on an H200 (figure3's training part at a6d205f). The
+    any-shape graph compiles with inductor's FX graph cache off (its key ignores size hints)."""
+    real_compile = torch.compile
+    seen: dict[str, list] = {}
+    options: dict[str, object] = {}
+
+    def recording_compile(fn, **kwargs):
+        name = fn.__name__
+        options[name] = kwargs.get("options")
+
+        def backend(gm, example_inputs):
+            seen.setdefault(name, []).append(list(example_inputs))
+            return gm.forward
+
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("backend", "options")}
+        return real_compile(fn, backend=backend, **kwargs)
+
+    torch._dynamo.reset()
+    masks_any_shape.cache_clear()
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    try:
+        ws = [torch.randn(64, 128).to(torch.bfloat16) for _ in range(6)]
+        ws += [torch.randn(128, 64).to(torch.bfloat16) for _ in range(6)]
+        got = TorchFlexMasker(ws, TBS(8), 0.5, "torch", compile=True)()
+    finally:
+        masks_any_shape.cache_clear()
+    want = TorchFlexMasker(ws, TBS(8), 0.5, "torch")()
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    [pivot_inputs] = seen["pivot_and_tie_of_flat"]
+    tensors = [t for t in pivot_inputs if isinstance(t, torch.Tensor)]
+    assert len(tensors) == 1 and all(isinstance(n, int) for n in tensors[0].shape)
+    assert options["_masks_of_weight_any_shape"] == {"fx_graph_cache": False}
+
+
 def test_bad_input():
     w = torch.randn(64, 128)
     with pytest.raises(ValueError, match="baseline method"):
