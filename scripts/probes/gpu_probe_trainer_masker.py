@@ -10,6 +10,9 @@ and the rest, a whole call; then the masks against the eager masker's. Run it wi
 seconds.
 
     TORCH_LOGS=recompiles python3 scripts/probes/gpu_probe_trainer_masker.py [--budget 300]
+
+Found on an H200 (session 33): the stall was the pivot's compile, a graph with the 168 weights as
+inputs whose dimensions the TBS(8) masker had marked dynamic; fixed in 5e6fcdb (INDEX.md).
 """
 
 from __future__ import annotations
