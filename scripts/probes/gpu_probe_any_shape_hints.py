@@ -65,7 +65,8 @@ def run_case(case: str, target: str, smoke: bool) -> None:
     timing = time_fn(masker, dev)
     eager = time_fn(TorchFlexMasker(ws, pattern, DENSITY, "torch"), dev)
     print(
-        f"RESULT {case} target={'smoke-large' if smoke else target}: compiled {timing.ms:.2f} ms, eager {eager.ms:.2f} ms "
+        f"RESULT {case} target={'smoke-large' if smoke else target}: "
+        f"compiled {timing.ms:.2f} ms, eager {eager.ms:.2f} ms "
         f"({timing.timer}), masks equal to eager: {same}",
         flush=True,
     )
