@@ -47,8 +47,9 @@ def pivot_and_tie(weights: list[torch.Tensor], k: int) -> tuple[torch.Tensor, to
 def pivot_and_tie_of_flat(flat: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``pivot_and_tie`` of the weights already concatenated into one 1-D tensor. The compiled
     masker compiles this, not ``pivot_and_tie``: a graph whose inputs are a whole model's weights
-    (168 for MAP-NEO 460M) finished no compile in 7 minutes on an H200 (results/tuning/
-    h200_probe_trainer_masker_a6d205f.txt), and the one eager ``torch.cat`` costs one pass."""
+    (168 for MAP-NEO 460M), their dimensions marked dynamic by the TBS(8) masker, finished no
+    compile in 7 minutes on an H200 (results/tuning/h200_probe_trainer_masker_a6d205f.txt); the
+    one eager ``torch.cat`` costs one pass over the weights."""
     mags = flat.abs()
     if k == 0:
         inf = torch.full((), float("inf"), dtype=torch.float32, device=mags.device)
@@ -212,9 +213,10 @@ def masks_any_shape(backend: object = "inductor") -> Callable:
     minutes per model. ``backend``: for tests (dynamo's own counters).
 
     Inductor's on-disk FX graph cache is off for this graph: its key names the symbolic sizes, not
-    their hints, so a graph compiled for other sizes (the GPU tests' small weights) is reused with
-    kernels tuned for them. On an H200 at a6d205f, after the GPU tests, the compiled TBS(8)
-    baseline took 14.3 s on MAP-NEO 7B, slower than eager (9.5 s); compiled afresh, 4.0 s."""
+    their hints, so a graph compiled for other sizes (the GPU tests' small weights) would be reused
+    with kernels tuned for them. The likely cause of what an H200 showed at a6d205f: after the GPU
+    tests the compiled TBS(8) baseline took 14.3 s on MAP-NEO 7B, slower than eager (9.5 s), where
+    figure3 first on a fresh machine (01a159e) took 4.0 s."""
     options = {"fx_graph_cache": False} if backend == "inductor" else None
     compiled = torch.compile(_masks_of_weight_any_shape, fullgraph=True, backend=backend, options=options)
 
