@@ -188,15 +188,15 @@ class TorchFlexMasker:
             self._pivot_of_flat = torch.compile(pivot_and_tie_of_flat, fullgraph=True, dynamic=False)
             self._mask = compiled_masks_of_weight(pattern, self.weights)
 
-    def _pivot(self, weights: list[torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._pivot_of_flat(torch.cat([w.reshape(-1) for w in weights]), k)
+    def _pivot(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._pivot_of_flat(torch.cat([w.reshape(-1) for w in self.weights]), self.k)
 
     @torch.no_grad()
     def __call__(self) -> list[torch.Tensor]:
         # every (shape, pattern, method) is its own static graph: allow as many as a suite needs
         with recompile_limit(1024) if self.compiled else contextlib.nullcontext():
             if needs_pivot(self.pattern):
-                pivot, tie = self._pivot(self.weights, self.k)
+                pivot, tie = self._pivot()
             else:
                 pivot, tie = self._zero, self._one
             return [
