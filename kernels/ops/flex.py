@@ -313,8 +313,10 @@ class FlexMasker:
     pivot pay tens of microseconds of Python, validation, allocation and Triton launch per call,
     and one host sync (the 384 histogram counts). The masker validates dtypes, shapes, pattern and
     density once, preallocates the masks and scratch, binds every launch once, and keeps the pivot
-    on the device: the pivot's passes (reading up to 8 weights in place per launch; from 2**20
-    values the window pivot, ``kernels.ops._pivot_triton.window_pivot_launches``), its select
+    on the device: the pivot's passes (reading up to 8 weights in place per launch; 16-bit
+    weights from 2**20 values the window pivot, ``kernels.ops._pivot_triton.window_pivot_launches``;
+    float32 weights, a trainer's master weights, the four-pass radix select of
+    ``kernels.ops._pivot_radix_triton``), its select
     (pivot and tie share into ``state``) and the mask kernels (which read ``state``; below
     ``MULTI_MAX_VALUES`` one launch for up to 8 weights, the masks being views of one buffer)
     run back to back with no host round trip, so a call can be captured in a CUDA graph. ``pdl``
@@ -339,8 +341,7 @@ class FlexMasker:
     Fallbacks (same masks as ``flex_mask(w, pattern, density, "fast", seed, pivot, tie=tie)`` with
     the exact pivot and tie share of all weights): without Triton (CPU, no interpreter) the
     references (``pivot_and_tie_16bit_reference`` / ``find_pivot`` + ``tie_share``,
-    ``flex_mask_reference``); float32 weights take the pivot on the host; patterns without a
-    fused kernel read the pivot back. Those paths sync with the host and raise on non-finite
+    ``flex_mask_reference``); patterns without a fused kernel read the pivot back. Those paths sync with the host and raise on non-finite
     weights whatever ``check`` says. ``fast_launch``: after a warm-up at construction (CUDA),
     launch the compiled kernels directly (``kernels.ops.common``), checked once against Triton's
     launches.
@@ -396,26 +397,34 @@ class FlexMasker:
         self.masks = [self._mask_buffer[a : a + w.numel()].view(w.shape) for a, w in zip(ends, ws, strict=False)]
         self.state = torch.zeros(2, dtype=torch.float32, device=self.device)  # pivot, tie share
         self.tie64 = torch.ones((), dtype=torch.float64, device=self.device)  # exact share (Unstructured)
+        self._triton = use_triton(ws[0])
+        self._needs_pivot = needs_pivot(pattern)
+        self._device_pivot = self._triton and self._needs_pivot
+        # 16-bit weights: the 16-bit key histograms (kernels.ops._pivot_triton); float32 weights
+        # (a trainer's master weights): the four-pass radix select (kernels.ops._pivot_radix_triton)
+        self._radix = self._device_pivot and self.dtype == torch.float32
+        if self._radix:
+            from kernels.ops._pivot_radix_triton import COUNTS_LEN as counts_len
+            from kernels.ops._pivot_radix_triton import EQ, GT, NONFINITE
+        else:
+            from kernels.ops._pivot_triton import EQ, GT, NONFINITE
+            from kernels.ops._pivot_triton import WINDOW_COUNTS_LEN as counts_len
 
-        from kernels.ops._pivot_triton import NONFINITE, WINDOW_COUNTS_LEN
-
-        # 384 histogram bins (zeroed again by the select kernel), then non-finite, gt, eq counts,
-        # then the window pivot's bins (kernels.ops._pivot_triton.window_pivot_launches)
-        self.counts = torch.zeros(WINDOW_COUNTS_LEN, dtype=torch.int64, device=self.device)
+        # the histogram bins (zeroed again by the select kernel), then non-finite, gt, eq counts
+        # (16-bit: then the window pivot's bins, kernels.ops._pivot_triton.window_pivot_launches)
+        self.counts = torch.zeros(counts_len, dtype=torch.int64, device=self.device)
         self.nonfinite = self.counts[NONFINITE]
         self.nonfinite_index = NONFINITE
-        self._triton = use_triton(ws[0])
+        self._gt_eq = (GT, EQ)
         from kernels.ops._chain_triton import pdl_supported
         from kernels.ops._flex_triton import MULTI_MAX_VALUES
 
         # chained launches (programmatic dependent launch) where the GPU and Triton allow them;
-        # by default only for small blocks (see MULTI_MAX_VALUES)
+        # by default only for small blocks (see MULTI_MAX_VALUES); the radix kernels take no PDL flag
         small = self.n < MULTI_MAX_VALUES
-        self.pdl = pdl_supported(self.device) and (small if pdl is None else bool(pdl))
-        self._needs_pivot = needs_pivot(pattern)
+        self.pdl = pdl_supported(self.device) and not self._radix and (small if pdl is None else bool(pdl))
         if not self._needs_pivot:  # fixed n:m: the state is never read (pivot NaN says so)
             self.state[0] = float("nan")
-        self._device_pivot = self._triton and self.dtype in (torch.bfloat16, torch.float16) and self._needs_pivot
         self._fused = self._triton and (isinstance(pattern, Unstructured) or self._has_kernel())
         self._pivot_launches = self._build_pivot() if self._device_pivot else []
         self._mask_launches = self._build_masks() if self._fused else []
@@ -438,6 +447,8 @@ class FlexMasker:
         from kernels.ops import _pivot_triton as pt
         from kernels.ops._pivot_triton import MAX_TENSORS, hist16_launch, select16_launch
 
+        if self._radix:
+            return self._build_radix_pivot()
         flats16 = [w.view(-1).view(torch.int16) for w in self.weights if w.numel()]
         if self.n >= pt.WINDOW_MIN_VALUES:
             return [
@@ -447,6 +458,19 @@ class FlexMasker:
         groups = [flats16[i : i + MAX_TENSORS] for i in range(0, len(flats16), MAX_TENSORS)]
         launches = [hist16_launch(g, self.counts, self.k, p) for p in (1, 2) for g in groups]
         launches.append(select16_launch(self.counts, self.state, self.k, self.dtype, True))
+        return [common.Launch(*x) for x in launches]
+
+    def _build_radix_pivot(self) -> list:
+        """float32 weights: four histogram passes of 8-bit digits of |w| (up to 8 weights read in
+        place per launch), then the select, which writes pivot and tie share into ``state`` and
+        leaves the bins zeroed; exact, as ``find_pivot(method="exact")`` and ``tie_share``."""
+        from kernels.ops._pivot_radix_triton import PASSES, radix_hist_launch, radix_select_launch
+        from kernels.ops._pivot_triton import MAX_TENSORS
+
+        flats = [w.view(-1) for w in self.weights if w.numel()]
+        groups = [flats[i : i + MAX_TENSORS] for i in range(0, len(flats), MAX_TENSORS)]
+        launches = [radix_hist_launch(g, self.counts, self.k, p) for p in range(1, PASSES + 1) for g in groups]
+        launches.append(radix_select_launch(self.counts, self.state, self.k, clear=True))
         return [common.Launch(*x) for x in launches]
 
     def _chain(self) -> None:
@@ -547,9 +571,7 @@ class FlexMasker:
         """Unstructured masks from the pivot in ``state`` and the float64 share ``tie64`` (on the
         device-pivot path computed here from the select kernel's counts); no host sync."""
         if self._device_pivot:
-            from kernels.ops._pivot_triton import EQ, GT
-
-            gt, eq = self.counts[GT].double(), self.counts[EQ].double()
+            gt, eq = (self.counts[i].double() for i in self._gt_eq)
             # as the host computes it: min(1, max(0, (k - gt) / eq)), 1.0 without ties
             self.tie64.copy_(((self.k - gt) / eq.clamp(min=1.0)).clamp(0.0, 1.0).masked_fill(eq == 0, 1.0))
         for w, m in zip(self.weights, self.masks, strict=True):
@@ -572,6 +594,7 @@ class FlexMasker:
         return list(self.masks)
 
     def _host_pivot_call(self) -> list[torch.Tensor]:
+        """Without Triton (CPU, no interpreter): the references, pivot on the host."""
         from kernels.ops.pivot import find_pivot, pivot_and_tie_16bit_reference
 
         if self.dtype in (torch.bfloat16, torch.float16):
@@ -581,9 +604,7 @@ class FlexMasker:
             tie = tie_share(self.weights, pivot, self.density)
         self.state.copy_(torch.tensor([pivot, tie], dtype=torch.float32))
         self.tie64.fill_(tie)
-        if self._triton:
-            self._masks_from_state(common.direct_stream(self.device) if self.direct else None)
-        elif isinstance(self.pattern, Unstructured):
+        if isinstance(self.pattern, Unstructured):
             self._unstructured_masks()
         else:
             tie = float(self.state[1])  # float32, as a kernel would see it

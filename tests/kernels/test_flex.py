@@ -186,9 +186,10 @@ def _expected(ws: list[torch.Tensor], pattern, d: float, seed: int) -> tuple[lis
 
 
 @pytest.mark.parametrize("pattern", MASKER_PATTERNS, ids=str)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_masker_equals_flex_mask(pattern, dtype):
-    """Device pivot + device-pointer mask kernels == host pivot + scalar-argument kernels."""
+    """Device pivot + device-pointer mask kernels == host pivot + scalar-argument kernels (float32:
+    the radix pivot, as a trainer's master weights take it)."""
     from kernels.ops.flex import FlexMasker
 
     ws = _block(dtype)
@@ -229,7 +230,7 @@ def test_masker_tracks_in_place_updates_and_reseed():
 @pytest.mark.parametrize(
     "dtype, pattern",
     [
-        (torch.float32, TBS(4)),  # host pivot, device-pointer kernels
+        (torch.float32, TBS(4)),  # radix pivot (interpreter) / host pivot (references)
         (torch.bfloat16, NM(2, 6)),  # no fused kernel: the reference reads the pivot back
         (torch.bfloat16, Unstructured()),
         (torch.float16, TBS(8)),
@@ -357,9 +358,10 @@ def test_masker_reads_weights_in_place_in_groups_and_single_tensor():
     assert torch.equal(got, _expected([ws[1]], TBS(8), 0.6, 2)[0][0])
 
 
-def test_warm_up_check_accepts_correct_direct_launches_on_host_pivot_path(monkeypatch):
-    """float32 weights take the host-pivot path (no histogram counts written): a direct launcher
-    that does the right thing must pass the construction-time check (it once failed on the counts)."""
+def test_warm_up_check_accepts_correct_direct_launches_float32(monkeypatch):
+    """float32 weights take the radix pivot (its own counts layout): a direct launcher that does
+    the right thing must pass the construction-time check (it once failed on the counts, when
+    float32 took the pivot on the host)."""
     import warnings
 
     from kernels.ops import common
@@ -368,7 +370,7 @@ def test_warm_up_check_accepts_correct_direct_launches_on_host_pivot_path(monkey
     monkeypatch.setattr(common, "direct_stream", lambda device: 0)
     ws = [w.float() for w in _block()]
     masker = FlexMasker(ws, TBS(4), 0.5, seed=3)
-    assert not masker._device_pivot
+    assert masker._device_pivot and masker._radix
 
     class Correct:  # a "compiled kernel" whose launcher runs the launch through Triton
         function, packed_metadata = "fn", "meta"
