@@ -462,6 +462,7 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
                 "fast_vs_vegeta": pp.get("kernel_speedup_vs_vegeta"),
             }
             out = pd.concat([out, pd.DataFrame([row])], ignore_index=True)
+    out = pd.concat([out, _training_rows(df)], ignore_index=True)
     e2e = paper[paper["metric"].str.startswith("e2e_")]
     for model, part in e2e.groupby("shape", sort=False):
         pp = part.set_index("metric")["value"]
@@ -473,6 +474,38 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
         }
         out = pd.concat([out, pd.DataFrame([row])], ignore_index=True)
     return out
+
+
+TRAINING_ROW = "training step"
+"""The pattern label's prefix of the training-step rows in :func:`compare` (not mask generation of
+a block: kept out of the means and the plot)."""
+
+
+def _training_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Per regeneration interval: each method's mask time and step time per training step (fp32
+    master weights, bf16 autocast), and FAST's ratios on each; the baselines are their compiled
+    form on a GPU (``_trainer_mask_fn``)."""
+    rows = []
+    steps = df[df["metric"].isin(["step_time", "mask_time_per_step"])]
+    for (model, variant), part in steps.groupby(["shape", "variant"], sort=False):
+        for metric, what in (("mask_time_per_step", "mask ms per step"), ("step_time", "step ms")):
+            t = part[part["metric"] == metric].set_index("method")["value"]
+            if "fast" not in t:
+                continue
+            others = t.drop("fast")
+            row = {
+                "model": model,
+                "pattern": f"{TRAINING_ROW} {variant}: {what}",
+                "fast_ms": t["fast"],
+                "torch_ms": t.get("torch"),
+                "vegeta_ms": t.get("vegeta"),
+                "strongest_baseline": others.idxmin() if len(others) else None,
+            }
+            for base in BASELINES:
+                row[f"fast_vs_{base}"] = t[base] / t["fast"] if base in t else None
+            row["fast_vs_strongest"] = others.min() / t["fast"] if len(others) else None
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def summary(df: pd.DataFrame) -> str:
@@ -495,7 +528,7 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
     """Per model: FAST's speedup over each baseline (log), the paper's mask-generation averages as
     dashed lines on every panel (they are 460M numbers: labelled so), and FAST's % of copy."""
     table = compare(df)
-    table = table[~table["pattern"].astype(str).str.contains("average|geometric|paper")]
+    table = table[~table["pattern"].astype(str).str.contains(f"average|geometric|paper|{TRAINING_ROW}")]
     models = list(dict.fromkeys(table["model"]))
     fig, axes = new_figure(ncols=max(1, len(models)), width=4.6)
     paper = load_paper(ARTIFACT, PAPER)

@@ -341,10 +341,10 @@ class FlexMasker:
     Fallbacks (same masks as ``flex_mask(w, pattern, density, "fast", seed, pivot, tie=tie)`` with
     the exact pivot and tie share of all weights): without Triton (CPU, no interpreter) the
     references (``pivot_and_tie_16bit_reference`` / ``find_pivot`` + ``tie_share``,
-    ``flex_mask_reference``); patterns without a fused kernel read the pivot back. Those paths sync with the host and raise on non-finite
-    weights whatever ``check`` says. ``fast_launch``: after a warm-up at construction (CUDA),
-    launch the compiled kernels directly (``kernels.ops.common``), checked once against Triton's
-    launches.
+    ``flex_mask_reference``); patterns without a fused kernel read the pivot back. Those paths
+    sync with the host and raise on non-finite weights whatever ``check`` says. ``fast_launch``:
+    after a warm-up at construction (CUDA), launch the compiled kernels directly
+    (``kernels.ops.common``), checked once against Triton's launches.
     """
 
     def __init__(

@@ -91,10 +91,43 @@ def test_figure3_gives_the_geometric_mean_beside_the_papers_average():
         pytest.skip("no stored H100 figure3 results")
     t = figure3.compare(read_results(path))
     sub = t[t["model"] == "map-neo-460m"]
-    pats = sub[~sub["pattern"].astype(str).str.contains("average|geometric|paper")]
+    pats = sub[~sub["pattern"].astype(str).str.contains(f"average|geometric|paper|{figure3.TRAINING_ROW}")]
     geo = sub[sub["pattern"] == "geometric mean (ours, mask generation)"].iloc[0]
     avg = sub[sub["pattern"] == "average (ours, mask generation)"].iloc[0]
     vals = pats["fast_vs_torch"].dropna().astype(float)
     assert math.isclose(geo["fast_vs_torch"], math.exp(vals.map(math.log).mean()), rel_tol=1e-9)
     assert geo["fast_vs_torch"] <= avg["fast_vs_torch"]
     assert "geometric means" in figure3.verdict(read_results(path)).caveat
+
+
+def test_figure3_table_shows_the_training_step_beside_mask_generation():
+    """The training-step rows (masks regenerated in a real step) appear in the table with FAST's
+    ratio on mask time and on step time, whichever way it goes, and stay out of the means."""
+    import math
+
+    from suites import figure3
+
+    def row(method: str, variant: str, shape: str, metric: str, value: float) -> dict:
+        return {"method": method, "variant": variant, "shape": shape, "metric": metric, "value": value}
+
+    rows = [row(m, "TBS(4,4)", "map-neo-460m", "time", v) for m, v in (("torch", 40.0), ("fast", 2.0))]
+    rows.append(row("fast", "TBS(4,4)", "map-neo-460m", "speedup_vs_torch", 20.0))
+    rows += [
+        row(m, "TBS(8,8) every=1", "map-neo-460m", metric, v)
+        for m, metric, v in (
+            ("torch", "mask_time_per_step", 300.0),
+            ("vegeta", "mask_time_per_step", 250.0),
+            ("fast", "mask_time_per_step", 500.0),  # FAST slower: shown as it is
+            ("torch", "step_time", 400.0),
+            ("vegeta", "step_time", 350.0),
+            ("fast", "step_time", 600.0),
+        )
+    ]
+    t = figure3.compare(pd.DataFrame(rows))
+    train = t[t["pattern"].astype(str).str.startswith(figure3.TRAINING_ROW)].set_index("pattern")
+    mask = train.loc["training step TBS(8,8) every=1: mask ms per step"]
+    assert mask["strongest_baseline"] == "vegeta"
+    assert math.isclose(mask["fast_vs_strongest"], 0.5) and math.isclose(mask["fast_vs_torch"], 0.6)
+    assert math.isclose(train.loc["training step TBS(8,8) every=1: step ms"]["fast_vs_vegeta"], 350 / 600)
+    avg = t[t["pattern"] == "average (ours, mask generation)"].iloc[0]
+    assert avg["fast_vs_torch"] == 20.0  # the training rows stay out of the mean
