@@ -392,3 +392,41 @@ def test_warm_up_check_accepts_correct_direct_launches_float32(monkeypatch):
         flex_mask(w, TBS(4), 0.5, "fast", 3, *masker.pivot_and_tie()[:1], tie=masker.pivot_and_tie()[1]) for w in ws
     ]
     assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_float32_masker_on_gpu_and_captured():
+    """On a GPU, a MAP-NEO 460M block's shapes in float32 (a trainer's master weights): the radix
+    pivot equals the exact host pivot and tie share, the masks equal flex_mask's, direct launches
+    pass the warm-up check, and a CUDA graph replayed on new weights equals eager."""
+    import warnings
+
+    from kernels.ops.flex import FlexMasker, tie_share
+    from kernels.ops.pivot import find_pivot
+
+    shapes = [(1024, 1024)] * 4 + [(3072, 1024)] * 2 + [(1024, 3072)]
+    g = torch.Generator().manual_seed(0)
+    ws = [(0.02 * torch.randn(*s, generator=g)).cuda() for s in shapes]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        masker = FlexMasker(ws, TBS(8), 0.5, seed=3)
+    assert masker._radix and masker.direct
+    got = [m.clone() for m in masker()]
+    piv = find_pivot(ws, 0.5)
+    tie = tie_share(ws, piv, 0.5)
+    assert masker.pivot_and_tie() == (piv, torch.tensor(tie, dtype=torch.float32).item())
+    for w, m in zip(ws, got, strict=True):
+        assert torch.equal(m, flex_mask(w, TBS(8), 0.5, "fast", 3, piv, tie=tie))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        masker(check=False)
+    with torch.no_grad():
+        for w in ws:
+            w.mul_(torch.rand_like(w) + 0.5)  # an optimizer step, in place: the pivot moves
+    for m in masker.masks:
+        m.fill_(True)  # poisoned: a replay that writes nothing shows
+    graph.replay()
+    replayed = [m.clone() for m in masker.masks]
+    assert all(torch.equal(a, b) for a, b in zip(replayed, masker(), strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(replayed, got, strict=True))
