@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.ops._pivot_triton import BLOCK, block_slot, tensor_slots  # the same spread over a grid
+from kernels.ops._pivot_triton import BLOCK, MAX_TENSORS, block_slot, tensor_slots  # the same spread over a grid
 
 PASSES = 4
 HIST_LEN = 256 * PASSES
@@ -120,6 +120,13 @@ def radix_hist_launch(flats: list[torch.Tensor], counts: torch.Tensor, k: int, p
         raise ValueError(f"pass must be 1..{PASSES}, got {pass_}")
     slots, programs, iters = tensor_slots(flats)
     return _radix_hist_kernel, (programs,), (*slots, counts, k, iters, pass_, BLOCK), 8
+
+
+def radix_hist_passes(flats: list[torch.Tensor], counts: torch.Tensor, k: int) -> list[list[tuple]]:
+    """The launches of the four passes, one list per pass (a caller may all-reduce the pass's bins
+    between lists): each pass reads ``flats`` in groups of ``MAX_TENSORS``, in place."""
+    groups = [flats[i : i + MAX_TENSORS] for i in range(0, len(flats), MAX_TENSORS)]
+    return [[radix_hist_launch(g, counts, k, p) for g in groups] for p in range(1, PASSES + 1)]
 
 
 def radix_select_launch(counts: torch.Tensor, state: torch.Tensor, k: int, clear: bool) -> tuple:

@@ -464,12 +464,10 @@ class FlexMasker:
         """float32 weights: four histogram passes of 8-bit digits of |w| (up to 8 weights read in
         place per launch), then the select, which writes pivot and tie share into ``state`` and
         leaves the bins zeroed; exact, as ``find_pivot(method="exact")`` and ``tie_share``."""
-        from kernels.ops._pivot_radix_triton import PASSES, radix_hist_launch, radix_select_launch
-        from kernels.ops._pivot_triton import MAX_TENSORS
+        from kernels.ops._pivot_radix_triton import radix_hist_passes, radix_select_launch
 
         flats = [w.view(-1) for w in self.weights if w.numel()]
-        groups = [flats[i : i + MAX_TENSORS] for i in range(0, len(flats), MAX_TENSORS)]
-        launches = [radix_hist_launch(g, self.counts, self.k, p) for p in range(1, PASSES + 1) for g in groups]
+        launches = [x for pass_ in radix_hist_passes(flats, self.counts, self.k) for x in pass_]
         launches.append(radix_select_launch(self.counts, self.state, self.k, clear=True))
         return [common.Launch(*x) for x in launches]
 

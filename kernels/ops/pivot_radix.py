@@ -76,11 +76,9 @@ class RadixPivot:
         self._launches = self._build() if self._triton else []
 
     def _build(self) -> list[list[tuple]]:
-        from kernels.ops._pivot_radix_triton import radix_hist_launch
-        from kernels.ops._pivot_triton import MAX_TENSORS
+        from kernels.ops._pivot_radix_triton import radix_hist_passes
 
-        groups = [self.flats[i : i + MAX_TENSORS] for i in range(0, len(self.flats), MAX_TENSORS)]
-        return [[radix_hist_launch(g, self.counts, self.k, p) for g in groups] for p in range(1, PASSES + 1)]
+        return radix_hist_passes(self.flats, self.counts, self.k)
 
     def _reduce(self, p: int) -> None:
         if self.group is not None:
