@@ -119,13 +119,14 @@ def test_flexible_mask_keeps_at_least_a_uniform_one(density, monkeypatch):
     runs (interpreter) and must equal the reference at this size too."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     g = torch.Generator().manual_seed(11)
-    w = torch.randn(384, 512, generator=g)
-    w = w * torch.randn(384, 1, generator=g).exp() * torch.randn(1, 512, generator=g).exp()
+    rows, cols = 64, 256  # 256 tiles: the margin is 0.8-10% (seeds 11-13); the interpreter is slow
+    w = torch.randn(rows, cols, generator=g)
+    w = w * torch.randn(rows, 1, generator=g).exp() * torch.randn(1, cols, generator=g).exp()
     pattern = TBS(8)
     flex = flex_mask(w, pattern, density, "fast", seed=5)
     piv = find_pivot(w, density, method="exact")
     assert torch.equal(flex, flex_mask_reference(w, pattern, density, "fast", 5, piv, tie_share(w, piv, density)))
     tiles = pattern.tiles(w.abs())
-    uniform = pattern.untile(pattern.select(tiles, torch.full((tiles.shape[0],), round(8 * density))), (384, 512))
+    uniform = pattern.untile(pattern.select(tiles, torch.full((tiles.shape[0],), round(8 * density))), (rows, cols))
     kept = lambda m: float((w.abs().double() * m).sum())  # noqa: E731
     assert kept(flex) >= kept(uniform)
