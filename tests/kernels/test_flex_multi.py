@@ -50,7 +50,9 @@ def _own(ws: list[torch.Tensor], pattern, state: torch.Tensor, seed: int) -> lis
 @pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.name)
 def test_multi_equals_own_launches(pattern) -> None:
     """Weights of different row counts in one launch: each weight's own masks."""
-    shapes = [(64, 128), (128, 128), (32, 128)]
+    # TBS(8)'s selection is slow in the interpreter: a quarter of the rows (still three weights)
+    quarter = pattern.name.startswith("TBS(8")
+    shapes = [(16, 128), (32, 128), (8, 128)] if quarter else [(64, 128), (128, 128), (32, 128)]
     ws = _weights(shapes, seed=1)
     state = torch.tensor([0.6, 0.5])  # pivot, tie share
     base, outs = _buffer(shapes)
