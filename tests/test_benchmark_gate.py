@@ -35,6 +35,14 @@ def test_sleep(benchmark):
 """
 
 
+def _child_env() -> dict[str, str]:
+    """The environment of a child pytest: this repository importable, and no trace of an xdist
+    worker (pytest-benchmark disables timing where it sees ``PYTEST_XDIST_WORKER``)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return env
+
+
 def _saved_run(median: float, gpu: str) -> dict:
     stats = {
         "min": median,
@@ -96,7 +104,7 @@ def project(tmp_path_factory) -> Path:
 
 
 def _compare(project: Path, against: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = _child_env()
     cmd = [
         sys.executable,
         "-m",
@@ -383,7 +391,7 @@ def test_pytest_benchmark_stores_device_time(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "test_bench_fake.py").write_text(FAKE_CLOCK_BENCH)
     out = tmp_path / "run.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = _child_env()
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(tmp_path / "pytest.ini")]
     cmd += ["--rootdir", str(tmp_path), "--benchmark-enable", f"--benchmark-json={out}", "test_bench_fake.py"]
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
