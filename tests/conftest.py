@@ -31,15 +31,15 @@ def emulated_cusparselt(monkeypatch):
 def plain_torch(monkeypatch):
     """Run the plain-PyTorch paths of the kernels (fast on CPU; the Triton paths are covered by
     the exact tests, which run them through the interpreter). SR-STE's per-forward 2:4 mask too,
-    eager (``sparse_linear``) and compiled (``compile_ops``): interpreted, it took about 23 s a
-    forward of a 2-layer GPT-2, 430 s of one compile test; ``test_sparse_linear_numerics`` and
+    eager and compiled (``nm_mask``): interpreted, it took about 23 s a forward of a 2-layer
+    GPT-2, 430 s of one compile test; ``test_sparse_linear_numerics``, ``test_nm_mask`` and
     ``test_sparse_linear_compile``'s opcheck run its Triton path."""
-    import kernels.layers.sparse_linear as sl_mod
     import kernels.ops.compile_ops as co_mod
     import kernels.ops.masked_decay as md_mod
     import kernels.ops.mvue as mvue_mod
+    import kernels.ops.nm_mask as nm_mod
     import kernels.ops.transposable as tr_mod
 
-    for mod in (mvue_mod, md_mod, tr_mod, sl_mod, co_mod):
+    for mod in (mvue_mod, md_mod, tr_mod, nm_mod, co_mod):
         monkeypatch.setattr(mod, "use_triton", lambda t: False)
     return True

@@ -54,7 +54,7 @@ from torch.autograd.function import once_differentiable
 
 import kernels.ops.compile_ops as compile_ops
 import kernels.ops.sparse_gemm as _sparse_gemm
-from kernels.ops.common import FLOAT_DTYPES, check_tensor, use_triton
+from kernels.ops.common import FLOAT_DTYPES, check_tensor
 from kernels.ops.common import as_2d as _as_2d
 from kernels.ops.common import autocast_enabled as _autocast_enabled
 from kernels.ops.common import no_autocast as _no_autocast
@@ -63,6 +63,7 @@ from kernels.ops.masked_decay import masked_decay_, masked_decay_cast_nocheck
 from kernels.ops.mvue import check_mvue_input as _mvue_validate
 from kernels.ops.mvue import check_output_range as _check_output_range
 from kernels.ops.mvue import mvue24_nocheck, mvue24_seed_tensor
+from kernels.ops.nm_mask import nm24_mask
 from kernels.ops.sparse_gemm import (
     cslt_mm_packed,
     cslt_refusal,
@@ -102,20 +103,6 @@ _UNSET = _Unset()
 
 def _dtype_name(dt: torch.dtype) -> str:
     return str(dt).replace("torch.", "")
-
-
-def _nm24_mask(w: torch.Tensor) -> torch.Tensor:
-    """2 largest |w| of every 4 along dim 1, ties to the lower index (same as ``nm_mask(w, 2, 4,
-    dim=1)``), without its finiteness scan: no host sync, so SR-STE's per-forward mask can be
-    captured in a graph. One Triton pass where Triton runs, else the stable-sort reference."""
-    if use_triton(w):
-        from kernels.ops.flex import fast_mask as fast_mask_triton
-        from kernels.ops.patterns import NM
-
-        return fast_mask_triton(w, NM(2, 4), 0.0, 0)
-    from kernels.ops.nm_mask import stable_nm as _stable_nm
-
-    return _stable_nm(w, 2, 4, 1)
 
 
 @dataclass(frozen=True)
@@ -457,7 +444,7 @@ class SparseLinear(nn.Linear):
             return torch.ones(self.weight.shape, dtype=torch.bool, device=self.weight.device)
         with torch.no_grad():
             if self.mode == "srste":
-                return _nm24_mask(self.weight.detach())
+                return nm24_mask(self.weight)
             self._ensure_mask()
             return self._mask.clone()
 
@@ -552,7 +539,7 @@ class SparseLinear(nn.Linear):
             return
         w = self.weight.detach()
         if self.mode == "srste":
-            m = _nm24_mask(w)
+            m = nm24_mask(w)
         else:
             m = transposable_mask(w, method="exhaustive", check_finite=self._checks())
         self._mask.copy_(m)
@@ -732,7 +719,7 @@ class SparseLinear(nn.Linear):
         self._note_backend(reason)
         with torch.no_grad():
             if self.mode == "srste":
-                mask = _nm24_mask(self.weight.detach())
+                mask = nm24_mask(self.weight)
                 if self._flip_ref is not None:
                     self._mask.copy_(mask)
                     self._mask_stale = False

@@ -35,7 +35,7 @@ from kernels.ops.cslt_pack import (
 )
 from kernels.ops.masked_decay import masked_decay_cast_nocheck
 from kernels.ops.mvue import mvue24_nocheck
-from kernels.ops.nm_mask import stable_nm
+from kernels.ops.nm_mask import nm24_mask as _nm24_mask
 from kernels.ops.sparse_gemm import (
     cslt_mm_packed,
     cslt_sparse_mm,
@@ -69,12 +69,7 @@ def _(w: torch.Tensor) -> torch.Tensor:
 @torch.library.custom_op(f"{NAMESPACE}::nm24_mask", mutates_args=())
 def nm24_mask(w: torch.Tensor) -> torch.Tensor:
     """2 largest |w| of every 4 along dim 1, ties to the lower index (SR-STE's per-forward mask)."""
-    if use_triton(w):
-        from kernels.ops.flex import fast_mask
-        from kernels.ops.patterns import NM
-
-        return fast_mask(w, NM(2, 4), 0.0, 0)
-    return stable_nm(w, 2, 4, 1)
+    return _nm24_mask(w)
 
 
 @nm24_mask.register_fake

@@ -60,3 +60,10 @@ def nm_mask(w: torch.Tensor, n: int, m: int, dim: int = -1, *, check_finite: boo
     x2 = x.reshape(-1, x.shape[-1])
     mask = fast_mask_triton(x2, NM(n, m), 0.0, 0)  # fixed n: no pivot, no draw
     return mask.reshape(x.shape).movedim(-1, dim)
+
+
+def nm24_mask(w: torch.Tensor) -> torch.Tensor:
+    """2:4 mask of a 2-D weight along its input dim (dim 1), ties to the lower index, unchecked for
+    NaN/Inf: no host sync, so SR-STE's per-forward mask and the flip tracker can run inside a CUDA
+    graph. The one 2:4 helper of the package (``SparseLinear``, its compiled op, ``FlipTracker``)."""
+    return nm_mask(w.detach(), 2, 4, dim=1, check_finite=False)

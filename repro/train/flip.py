@@ -11,14 +11,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from kernels.ops.nm_mask import nm24_mask
+
 __all__ = ["FlipTracker", "nm24_mask"]
-
-
-def nm24_mask(w: torch.Tensor) -> torch.Tensor:
-    """2 largest |w| of every 4 along the input dimension (ties to the lower index), no host sync."""
-    from kernels.ops.nm_mask import nm_mask
-
-    return nm_mask(w.detach(), 2, 4, dim=1, check_finite=False)
 
 
 def _reports_itself(m: nn.Module) -> bool:

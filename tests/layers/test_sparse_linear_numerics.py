@@ -249,14 +249,13 @@ def test_cpu_autocast_bf16(mode):
 def test_srste_mask_equals_nm_mask_reference_with_ties():
     """SR-STE's per-forward 2:4 mask (Triton here, via the interpreter) is nm_mask's, ties to the
     lower index."""
-    from kernels.layers.sparse_linear import _nm24_mask
-    from kernels.ops.nm_mask import nm_mask_reference
+    from kernels.ops.nm_mask import nm24_mask, nm_mask_reference
 
     g = torch.Generator().manual_seed(4)
     w = torch.randint(-2, 3, (32, 64), generator=g).float()
-    assert torch.equal(_nm24_mask(w), nm_mask_reference(w, 2, 4, dim=1))
+    assert torch.equal(nm24_mask(w), nm_mask_reference(w, 2, 4, dim=1))
     w = torch.randn(48, 128, generator=g)
-    assert torch.equal(_nm24_mask(w), nm_mask_reference(w, 2, 4, dim=1))
+    assert torch.equal(nm24_mask(w), nm_mask_reference(w, 2, 4, dim=1))
 
 
 @pytest.mark.parametrize("mode", MODES)
