@@ -4,9 +4,11 @@ ALU-bound kernel spends its issue slots before spending device time on it. ``--t
 for FAST's TBS(4,4) mask kernel (one 4x4 tile a thread), and where its instructions go, from
 variants of the generated source with one part cut (the n = 2 search, the n = 1/3 permutation
 search, both, the Philox draw); a variant's masks are wrong, only its count matters. ``--tbs8``:
-FAST's TBS(8) kernel with 0, 1 and 2 sweeps (where its registers and spills come from).
+FAST's TBS(8) kernel with 0, 1 and 2 sweeps (where its registers and spills come from). ``--radix``:
+the float32 radix pivot's histogram pass (``_radix_hist_kernel``, passes 1, 2 and 4): its
+shared-memory atomics (``ATOMS``) a value.
 
-    python3 scripts/probes/sass_count.py [--dump KERNEL] [--tbs4] [--tbs8]
+    python3 scripts/probes/sass_count.py [--dump KERNEL] [--tbs4] [--tbs8] [--radix]
 """
 
 from __future__ import annotations
@@ -155,13 +157,32 @@ def tbs8_sweeps(top: int) -> None:
         print("    " + ", ".join(f"{k} {v}" for k, v in ops.most_common(top)))
 
 
+def radix_passes(top: int) -> None:
+    """``_radix_hist_kernel`` on float32 values as FlexMasker launches it (BLOCK = 4096, 8 warps:
+    16 values a thread a block): instructions and ATOMS a thread, per pass."""
+    from kernels.ops import _pivot_radix_triton as rt
+
+    sig = {f"x{i}": "*fp32" for i in range(8)} | {f"n{i}": "i32" for i in range(8)}
+    sig |= {f"s{i}": "i32" for i in range(1, 8)} | {"hist_ptr": "*i64", "k": "i32", "iters": "i32"}
+    for p in (1, 2, 4):
+        cx = {"PASS": p, "BLOCK": rt.BLOCK}
+        sass, regs = compile_sass(rt._radix_hist_kernel, {**sig, **{k: "constexpr" for k in cx}}, cx, 8)
+        ops = opcode_counts(sass)
+        print(f"radix pass {p}: {sum(ops.values())} instructions, {regs} registers, ATOMS {ops['ATOMS']} (16 values)")
+        print("    " + ", ".join(f"{k} {v}" for k, v in ops.most_common(top)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", default=None, help="substring of a case name: print its SASS")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--tbs4", action="store_true", help="FAST's TBS(4,4) mask kernel and its cut variants")
     ap.add_argument("--tbs8", action="store_true", help="FAST's TBS(8) kernel with 0, 1, 2 swap sweeps")
+    ap.add_argument("--radix", action="store_true", help="the float32 radix pivot's histogram passes")
     args = ap.parse_args()
+    if args.radix:
+        radix_passes(args.top)
+        return
     if args.tbs4:
         tbs4_attribution(args.top)
         return
