@@ -13,8 +13,8 @@ weight regime: hits, the compacted share (what the second read costs) and the sh
 
 Regimes, on MAP-NEO 460M's block linears in float32 (a few blocks; ``--blocks``): ``init`` (the
 model's initialisation), ``scaled`` (row and column scales, as trained layers have), ``masked``
-(TBS(8)-style: half the values set to exactly 0, as figure3's trainer leaves them after applying
-masks) and ``masked+step`` (then one small update to every value, as AdamW's next step gives).
+(the scaled values, half of them at random set to exactly 0, as figure3's trainer leaves pruned
+weights after applying masks) and ``masked+step`` (then one small update to every value, as AdamW's next step gives).
 
     python3 scripts/probes/cpu_probe_f32_window_pivot.py [--blocks 2] [--seeds 3]
 """
@@ -22,6 +22,7 @@ masks) and ``masked+step`` (then one small update to every value, as AdamW's nex
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -84,19 +85,16 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=2)
     ap.add_argument("--seeds", type=int, default=3)
     args = ap.parse_args()
-    cfg = CONFIGS["map-neo-460m"]
-    cfg = type(cfg)(**{**cfg.__dict__, "layers": args.blocks}) if hasattr(cfg, "__dict__") else cfg
+    cfg = dataclasses.replace(CONFIGS["map-neo-460m"], layers=args.blocks)
     print(f"MAP-NEO 460M, {args.blocks} blocks, float32; density 0.5 (k = n / 2); {args.seeds} seeds", flush=True)
     for seed in range(args.seeds):
         torch.manual_seed(seed)
         model = LlamaModel(cfg)
-        flat = torch.cat([m.weight.detach().reshape(-1) for m in sparse_linears(model).values()])
         gen = torch.Generator().manual_seed(seed)
         parts = {name: [] for name in ("init", "scaled", "masked", "masked+step")}
         for m in sparse_linears(model).values():
             for name, t in regimes(m.weight.detach(), gen).items():
                 parts[name].append(t.reshape(-1))
-        del flat
         for name, ts in parts.items():
             w = torch.cat(ts)
             k = w.numel() // 2
