@@ -53,14 +53,16 @@ def block_slot(g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7
 @triton.jit
 def block_offsets(g, start, BLOCK: tl.constexpr, SAMPLE: tl.constexpr):
     # the BLOCK offsets a pass reads of block g: all values of a BLOCK-value block, or (SAMPLE > 1)
-    # of a BLOCK * SAMPLE-value block one 16-value sector (32 bytes: one memory transaction) in
-    # every SAMPLE, so that every call of tl.histogram still counts BLOCK values
+    # of a BLOCK * SAMPLE-value block one 16-value sector (32 bytes: one memory transaction) of
+    # every 16 * SAMPLE-value span, so that every call of tl.histogram still counts BLOCK values.
+    # Span s reads its sector s % SAMPLE: a row whose length is a multiple of the span is not
+    # sampled at the same columns in every row (sector 0 everywhere was biased by per-column
+    # scales: results/tuning/cpu_probe_f32_window_pivot.txt)
     r = tl.arange(0, BLOCK)
-    if SAMPLE == 1:  # noqa: SIM108 (a constexpr branch inside a Triton kernel)
-        inner = r
-    else:
-        inner = (r // 16) * (16 * SAMPLE) + r % 16
-    return (g - start) * (BLOCK * SAMPLE) + inner
+    if SAMPLE == 1:
+        return (g - start) * BLOCK + r
+    span = (g - start) * (BLOCK // 16) + r // 16  # the span's index in its tensor
+    return span * (16 * SAMPLE) + (span % SAMPLE) * 16 + r % 16
 
 
 @triton.jit
@@ -532,10 +534,11 @@ def _count_programs(device: torch.device) -> int:
 
 
 def sampled_values(n: int, sample: int) -> int:
-    """How many of ``n`` values a ``sample`` pass reads (``block_offsets``' layout)."""
-    span = BLOCK * sample
-    inner = [(r // 16) * 16 * sample + r % 16 for r in range(BLOCK)]
-    return (n // span) * BLOCK + sum(1 for o in inner if o < n % span)
+    """How many of ``n`` values a ``sample`` pass reads (``block_offsets``' layout: sector s % sample
+    of span s, 16 values a sector)."""
+    span = 16 * sample
+    last, rem = divmod(n, span)
+    return last * 16 + min(max(rem - (last % sample) * 16, 0), 16)
 
 
 def pairable(flat: torch.Tensor) -> bool:

@@ -75,9 +75,9 @@ def test_window_miss_runs_the_exact_passes(fuse_select):
     programs (tickets) or launched on their own."""
     span = pt.BLOCK * pt.WINDOW_SAMPLE  # the values one block of the sample's passes spans
     x = torch.full((2 * span,), 0.001)
-    r = torch.arange(pt.BLOCK)
-    inner = (r // 16) * 16 * pt.WINDOW_SAMPLE + r % 16  # one 16-value sector in every WINDOW_SAMPLE
-    sampled = (torch.arange(2)[:, None] * span + inner[None, :]).reshape(-1)
+    r = torch.arange(2 * pt.BLOCK)
+    spans = r // 16  # sector s % WINDOW_SAMPLE of every 16 * WINDOW_SAMPLE-value span s
+    sampled = spans * 16 * pt.WINDOW_SAMPLE + (spans % pt.WINDOW_SAMPLE) * 16 + r % 16
     x[sampled] = 5.0
     x += 1e-4 * torch.rand(x.shape, generator=torch.Generator().manual_seed(3))
     x = x.to(torch.bfloat16)
