@@ -30,11 +30,22 @@ def _radix_hist_kernel(
     x0, x1, x2, x3, x4, x5, x6, x7,
     n0, n1, n2, n3, n4, n5, n6, n7,
     s1, s2, s3, s4, s5, s6, s7,
-    hist_ptr, k, iters, PASS: tl.constexpr, BLOCK: tl.constexpr,
+    hist_ptr, k, iters, ctl_ptr, PASS: tl.constexpr, BLOCK: tl.constexpr, MODE: tl.constexpr = 0,
 ):  # fmt: skip
-    # up to 8 tensors read in place: xi holds ni values, its blocks start at global block si
+    # up to 8 tensors read in place: xi holds ni values, its blocks start at global block si.
+    # MODE 0: always runs, rank k. The float32 window pivot (_pivot_f32_triton) reads rank k from
+    # ctl_ptr + 1 and runs MODE 1 (every value) only where its window missed (ctl_ptr + 0 holds 1),
+    # MODE 2 only where it hit: over x0, its compacted window, whose size is at ctl_ptr + 3.
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
+    run = tl.full([], 1, tl.int64)
+    if MODE != 0:
+        missed = tl.load(ctl_ptr)
+        run = missed if MODE == 1 else 1 - missed
+        k = tl.load(ctl_ptr + 1)
+    if MODE == 2:
+        n0 = tl.load(ctl_ptr + 3)
+        iters = tl.cdiv(n0, nprog * BLOCK)
     ar = tl.arange(0, 256)
     # the digit of this pass: bits SHIFT.. of |w| (7 bits in the last pass); the prefix: bits PSHIFT..30
     SHIFT: tl.constexpr = 23 - 8 * (PASS - 1) if PASS < 4 else 0
@@ -51,7 +62,7 @@ def _radix_hist_kernel(
     acc = tl.zeros([256], dtype=tl.int32)
     off0 = tl.zeros([1], dtype=tl.int32)  # taken out of bin 0: padding lanes, values below the prefix
     off_top = tl.zeros([1], dtype=tl.int32)  # taken out of bin 255: values above the prefix
-    for it in range(iters):
+    for it in range(iters * run):
         g = it * nprog + pid  # global block
         x, n, start = block_slot(
             g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
@@ -70,12 +81,18 @@ def _radix_hist_kernel(
         acc += tl.histogram(b, 256)
     acc -= tl.where(ar == 0, tl.sum(off0, 0), 0)
     acc -= tl.where(ar == 255, tl.sum(off_top, 0), 0)
-    tl.atomic_add(hist_ptr + (PASS - 1) * 256 + ar, acc.to(tl.int64))
+    tl.atomic_add(hist_ptr + (PASS - 1) * 256 + ar, acc.to(tl.int64), mask=acc != 0)
 
 
 @triton.jit
-def _radix_select_kernel(hist_ptr, state_ptr, k, CLEAR: tl.constexpr):
-    # one program: the four digits of rank k, then the counts above and at the pivot
+def _radix_select_kernel(hist_ptr, state_ptr, k, ctl_ptr, CLEAR: tl.constexpr, DEVICE_K: tl.constexpr = False):
+    # one program: the four digits of rank k, then the counts above and at the pivot. DEVICE_K
+    # (the float32 window pivot): rank k at ctl_ptr + 1, and ctl_ptr + 2 values above the
+    # histogrammed ones (its window's #(above) where it hit, else 0) added to #(|w| > pivot)
+    base = tl.zeros([1], dtype=tl.int64).sum(0)
+    if DEVICE_K:
+        k = tl.load(ctl_ptr + 1)
+        base += tl.load(ctl_ptr + 2)
     ar = tl.arange(0, 256)
     nonfinite = tl.sum(tl.where(ar == 255, tl.load(hist_ptr + ar), 0), 0)  # exponent all ones
     bits = tl.zeros([1], dtype=tl.int32).sum(0)
@@ -91,12 +108,12 @@ def _radix_select_kernel(hist_ptr, state_ptr, k, CLEAR: tl.constexpr):
             above += tl.sum(tl.where(ar < i, rev, 0), 0)
             bits = (bits << 8) | digit
         else:
-            gt = above + tl.sum(tl.where(ar < i, rev, 0), 0)
+            gt = base + above + tl.sum(tl.where(ar < i, rev, 0), 0)
             eq = tl.sum(tl.where(ar == tl.minimum(i, 255), rev, 0), 0)
             bits = (bits << 7) | digit
     pivot = bits.to(tl.float32, bitcast=True)
     # tie share as kernels.ops.flex.tie_share computes it: a float64 quotient, clamped
-    share = (k - gt).to(tl.float64) / tl.maximum(eq, 1).to(tl.float64)
+    share = (k + base - gt).to(tl.float64) / tl.maximum(eq, 1).to(tl.float64)
     share = tl.minimum(tl.maximum(share, 0.0), 1.0)
     share = tl.where(eq > 0, share, 1.0)
     pivot = tl.where(k > 0, pivot, float("inf"))  # k == 0 keeps nothing
@@ -119,7 +136,7 @@ def radix_hist_launch(flats: list[torch.Tensor], counts: torch.Tensor, k: int, p
     if not 1 <= pass_ <= PASSES:
         raise ValueError(f"pass must be 1..{PASSES}, got {pass_}")
     slots, programs, iters = tensor_slots(flats)
-    return _radix_hist_kernel, (programs,), (*slots, counts, k, iters, pass_, BLOCK), 8
+    return _radix_hist_kernel, (programs,), (*slots, counts, k, iters, counts, pass_, BLOCK, 0), 8
 
 
 def radix_hist_passes(flats: list[torch.Tensor], counts: torch.Tensor, k: int) -> list[list[tuple]]:
@@ -135,4 +152,4 @@ def radix_select_launch(counts: torch.Tensor, state: torch.Tensor, k: int, clear
         raise ValueError(f"counts must be a contiguous int64 tensor of {COUNTS_LEN} values")
     if state.dtype != torch.float32 or state.numel() < 2 or counts.device != state.device:
         raise ValueError("state must be a float32 tensor of 2 values on the device of counts")
-    return _radix_select_kernel, (1,), (counts, state, k, clear), 4
+    return _radix_select_kernel, (1,), (counts, state, k, counts, clear, False), 4

@@ -72,7 +72,8 @@ def _hist16_kernel(
     s1, s2, s3, s4, s5, s6, s7,
     hist_ptr, k, iters, flag_ptr, state_ptr, ticket_ptr,
     PASS: tl.constexpr, BLOCK: tl.constexpr, SAMPLE: tl.constexpr, GUARDED: tl.constexpr,
-    SELECT: tl.constexpr = False, IS_BF16: tl.constexpr = True, W: tl.constexpr = 8, PDL: tl.constexpr = False,
+    SELECT: tl.constexpr = False, IS_BF16: tl.constexpr = True, W: tl.constexpr = 8, KEY_SHIFT: tl.constexpr = 0,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     # up to 8 tensors read in place (no concatenation copy): xi holds ni values, its blocks start
     # at global block si (s0 = 0; an unused slot has n = 0 and a start past every block).
@@ -82,7 +83,8 @@ def _hist16_kernel(
     # with CLEAR, so the select needs no launch of its own. SELECT == 2 (the window pivot's sample,
     # pass 2): the last program writes the lowest key of the W-key window around the sample's
     # rank k (int64, at state_ptr) and zeroes the bins, so the counting pass reads one value.
-    # PDL: a chained launch (_chain_triton).
+    # KEY_SHIFT 16: xi are float32 tensors read as int32, keyed by the top 16 bits of |w| (the
+    # float32 window pivot, _pivot_f32_triton). PDL: a chained launch (_chain_triton).
     chain_prologue(PDL)
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
@@ -111,7 +113,7 @@ def _hist16_kernel(
         )  # noqa: E501
         offs = block_offsets(g, start, BLOCK, SAMPLE)
         m = offs < n
-        v = tl.load(x + offs, mask=m, other=0).to(tl.int32) & 0x7FFF
+        v = (tl.load(x + offs, mask=m, other=0).to(tl.int32) >> KEY_SHIFT) & 0x7FFF
         if PASS == 1:  # noqa: SIM108 (a constexpr branch inside a Triton kernel)
             b = tl.where(m, v >> 7, 0)
             off0 += tl.sum((~m).to(tl.int32), 0)
@@ -179,6 +181,7 @@ def hist16_launch(
     programs: int | None = None,
     select: tuple[torch.Tensor, torch.Tensor, torch.dtype] | None = None,
     window_lo: tuple[torch.Tensor, torch.Tensor, int] | None = None,
+    key_shift: int = 0,
 ) -> tuple:
     """(kernel, grid, every argument in signature order, warps) of one histogram pass over up to
     ``MAX_TENSORS`` flat int16 views, read in place: every value, or with ``sample`` > 1 one 16-value
@@ -186,13 +189,16 @@ def hist16_launch(
     ``select`` = (state, ticket, dtype) (pass 2 only): its last program selects into ``state``
     as ``select16(hist, state, k, dtype, clear=True)`` (``ticket``: an int64 [1] of zero).
     ``window_lo`` = (lo, ticket, W) (pass 2 only): its last program writes into ``lo`` (int64 [1])
-    the lowest key of the W-key window around rank k, and zeroes the bins."""
+    the lowest key of the W-key window around rank k, and zeroes the bins. ``key_shift`` 16:
+    ``flats16`` are int32 views of float32 tensors, keyed by the top 16 bits of |w|."""
     if sample not in SAMPLES:
         raise ValueError(f"sample must be one of {SAMPLES}, got {sample!r}")
     if (select is not None or window_lo is not None) and pass_ != 2:
         raise ValueError("only the second pass can select")
     if select is not None and window_lo is not None:
         raise ValueError("a pass selects the pivot or the window, not both")
+    if key_shift not in (0, 16) or any(f.element_size() != (4 if key_shift else 2) for f in flats16):
+        raise ValueError(f"key_shift 0 reads 16-bit views, 16 reads 32-bit views; got {key_shift!r}")
     slots, programs, iters = tensor_slots(flats16, programs=programs, block=BLOCK * sample)
     guard = hist if flag is None else flag
     state, ticket, dtype = select if select is not None else (hist, hist, torch.bfloat16)
@@ -200,7 +206,7 @@ def hist16_launch(
     if window_lo is not None:
         state, ticket, w = window_lo
         mode = 2
-    consts = (pass_, BLOCK, sample, flag is not None, mode, dtype == torch.bfloat16, w, False)  # PDL off
+    consts = (pass_, BLOCK, sample, flag is not None, mode, dtype == torch.bfloat16, w, key_shift, False)  # PDL off
     return _hist16_kernel, (programs,), (*slots, hist, k, iters, guard, state, ticket, *consts), 8
 
 

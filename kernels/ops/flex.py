@@ -316,7 +316,8 @@ class FlexMasker:
     on the device: the pivot's passes (reading up to 8 weights in place per launch; 16-bit
     weights from 2**20 values the window pivot, ``kernels.ops._pivot_triton.window_pivot_launches``;
     float32 weights, a trainer's master weights, the four-pass radix select of
-    ``kernels.ops._pivot_radix_triton``), its select
+    ``kernels.ops._pivot_radix_triton``, from 2**20 values over the window of
+    ``kernels.ops._pivot_f32_triton``), its select
     (pivot and tie share into ``state``) and the mask kernels (which read ``state``; below
     ``MULTI_MAX_VALUES`` one launch for up to 8 weights, the masks being views of one buffer)
     run back to back with no host round trip, so a call can be captured in a CUDA graph. ``pdl``
@@ -403,9 +404,17 @@ class FlexMasker:
         # 16-bit weights: the 16-bit key histograms (kernels.ops._pivot_triton); float32 weights
         # (a trainer's master weights): the four-pass radix select (kernels.ops._pivot_radix_triton)
         self._radix = self._device_pivot and self.dtype == torch.float32
+        self._f32_window = False
         if self._radix:
+            from kernels.ops._pivot_f32_triton import F32_WINDOW_COUNTS_LEN, F32_WINDOW_MIN_VALUES, compact_capacity
             from kernels.ops._pivot_radix_triton import COUNTS_LEN as counts_len
             from kernels.ops._pivot_radix_triton import EQ, GT, NONFINITE
+
+            # from 2**20 values the float32 window pivot (its radix passes over a compacted window)
+            self._f32_window = self.n >= F32_WINDOW_MIN_VALUES and self.k > 0
+            if self._f32_window:
+                counts_len = F32_WINDOW_COUNTS_LEN
+                self._compact = torch.empty(compact_capacity(self.n), dtype=torch.float32, device=self.device)
         else:
             from kernels.ops._pivot_triton import EQ, GT, NONFINITE
             from kernels.ops._pivot_triton import WINDOW_COUNTS_LEN as counts_len
@@ -463,10 +472,17 @@ class FlexMasker:
     def _build_radix_pivot(self) -> list:
         """float32 weights: four histogram passes of 8-bit digits of |w| (up to 8 weights read in
         place per launch), then the select, which writes pivot and tie share into ``state`` and
-        leaves the bins zeroed; exact, as ``find_pivot(method="exact")`` and ``tie_share``."""
+        leaves the bins zeroed; exact, as ``find_pivot(method="exact")`` and ``tie_share``. From
+        2**20 values the passes read only a window of |w| that a sample places and one counting
+        pass compacts (``kernels.ops._pivot_f32_triton``; every value where the window misses)."""
         from kernels.ops._pivot_radix_triton import radix_hist_passes, radix_select_launch
 
         flats = [w.view(-1) for w in self.weights if w.numel()]
+        if self._f32_window:
+            from kernels.ops._pivot_f32_triton import f32_window_pivot_launches
+
+            launches = f32_window_pivot_launches(flats, self.counts, self._compact, self.state, self.k)
+            return [common.Launch(*x) for x in launches]
         launches = [x for pass_ in radix_hist_passes(flats, self.counts, self.k) for x in pass_]
         launches.append(radix_select_launch(self.counts, self.state, self.k, clear=True))
         return [common.Launch(*x) for x in launches]

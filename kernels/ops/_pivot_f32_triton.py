@@ -1,0 +1,182 @@
+"""Triton window pivot of the k-th largest |w| of float32 weights (a trainer's master weights).
+
+Why: the four-pass radix select (``kernels.ops._pivot_radix_triton``) histograms every value four
+times, and ``tl.histogram`` issues one shared-memory atomic a value; on MAP-NEO 460M's 168 float32
+weights it took 7.2 ms of FlexMasker's 13.4 ms (results/tuning/h200_probe_fp32_train_masks_a92369f.txt).
+|w| orders like its 31 magnitude bits, and its top 16 bits (the bf16-truncated key) order it
+coarsely, so the 16-bit window pivot's idea carries over (``kernels.ops._pivot_triton``):
+
+1. the 16-bit sample passes (``_hist16_kernel`` with ``KEY_SHIFT`` 16) place a ``WINDOW``-key window
+   around the sample's rank k (1/32 of the values);
+2. one pass over every value (``_window_compact_kernel``) counts the values above the window and
+   the non-finite ones, and copies the magnitudes of those inside it into a buffer (1.55% of the
+   values at initialisation, 0.28% in the trainer's regime: results/tuning/cpu_probe_f32_window_pivot.txt);
+3. a one-program select (``_window_hit_kernel``) decides: where rank k falls in the window, the
+   buffer fits and nothing is non-finite, the radix passes run over the buffer alone with rank
+   k - #(above); else (a miss) over every value with rank k, as the radix select does today;
+4. the radix select adds #(above) back: pivot, tie share, #(|w| > pivot), #(|w| == pivot).
+
+Values equal to the pivot share its key, so they are all in the buffer: the result is the radix
+select's, bit for bit, hit or miss. The launches are the same every call (a CUDA graph captures
+them); the passes of the branch not taken read one flag and exit.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.ops._pivot_radix_triton import COUNTS_LEN as RADIX_COUNTS_LEN
+from kernels.ops._pivot_radix_triton import PASSES, _radix_hist_kernel, _radix_select_kernel
+from kernels.ops._pivot_triton import (
+    BLOCK,
+    HIST_LEN,
+    MAX_TENSORS,
+    WINDOW,
+    WINDOW_SAMPLE,
+    WINDOW_SAMPLE_PROGRAMS,
+    _count_programs,
+    block_slot,
+    hist16_launch,
+    sampled_values,
+    tensor_slots,
+)
+
+SAMPLE_AT = RADIX_COUNTS_LEN  # the sample's 384 bins, after the radix bins and NONFINITE, GT, EQ
+CTL_AT = SAMPLE_AT + HIST_LEN  # the control words below, relative to CTL_AT
+MISSED, K_EFF, BASE, N_COMPACT, ABOVE, COUNT, NONFINITE_SEEN, LO, SAMPLE_TICKET = range(9)
+F32_WINDOW_COUNTS_LEN = CTL_AT + 9
+F32_WINDOW_MIN_VALUES = 1 << 20  # below this the radix passes are cheap enough: no window
+
+
+def compact_capacity(n: int) -> int:
+    """Values the window's buffer holds: 1/16 of them (4x the 1.55% seen at initialisation);
+    a window holding more counts as a miss."""
+    return max(BLOCK, -(-n // 16))
+
+
+@triton.jit
+def _window_compact_kernel(
+    x0, x1, x2, x3, x4, x5, x6, x7,
+    n0, n1, n2, n3, n4, n5, n6, n7,
+    s1, s2, s3, s4, s5, s6, s7,
+    ctl_ptr, out_ptr, cap, iters, BLOCK: tl.constexpr, W: tl.constexpr,
+):  # fmt: skip
+    # xi: int32 views of float32 tensors. Key = the top 16 bits of |w|; the window holds keys
+    # lo .. lo + W - 1 (lo at ctl_ptr + LO). Each block's magnitudes inside the window go to
+    # out_ptr at an offset taken by one atomic a block (ctl_ptr + COUNT: every one, also past cap);
+    # #(key above the window) and #(non-finite) add to ctl_ptr + ABOVE, + NONFINITE_SEEN.
+    pid = tl.program_id(0).to(tl.int64)
+    nprog = tl.num_programs(0).to(tl.int64)
+    lo = tl.load(ctl_ptr + 7).to(tl.int32)  # LO
+    above = tl.zeros([BLOCK], dtype=tl.int32)
+    nonfinite = tl.zeros([BLOCK], dtype=tl.int32)
+    r = tl.arange(0, BLOCK)
+    for i in range(iters):
+        g = i * nprog + pid  # global block
+        x, n, start = block_slot(
+            g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
+        )
+        offs = (g - start) * BLOCK + r
+        m = offs < n
+        v = tl.load(x + offs, mask=m, other=0) & 0x7FFFFFFF
+        d = (v >> 16) - lo
+        above += (m & (d >= W)).to(tl.int32)
+        nonfinite += (v >= 0x7F800000).to(tl.int32)  # padding reads 0
+        keep = m & (d >= 0) & (d < W)
+        kk = keep.to(tl.int32)
+        total = tl.sum(kk, 0)
+        if total > 0:
+            base = tl.atomic_add(ctl_ptr + 5, total.to(tl.int64))  # COUNT
+            at = base + tl.cumsum(kk, 0) - 1
+            tl.store(out_ptr + at, v, mask=keep & (at < cap))
+    tl.atomic_add(ctl_ptr + 4, tl.sum(above, 0).to(tl.int64))  # ABOVE
+    tl.atomic_add(ctl_ptr + 6, tl.sum(nonfinite, 0).to(tl.int64))  # NONFINITE_SEEN
+
+
+@triton.jit
+def _window_hit_kernel(ctl_ptr, k, cap):
+    # one program: hit where rank k is inside the window, the buffer held it and nothing is
+    # non-finite; writes MISSED, K_EFF, BASE, N_COMPACT and clears the pass's counters
+    above = tl.load(ctl_ptr + 4)
+    count = tl.load(ctl_ptr + 5)
+    nonfinite = tl.load(ctl_ptr + 6)
+    hit = (above < k) & (k <= above + count) & (count <= cap) & (nonfinite == 0)
+    tl.store(ctl_ptr + 0, tl.where(hit, 0, 1).to(tl.int64))
+    tl.store(ctl_ptr + 1, tl.where(hit, k - above, k).to(tl.int64))
+    tl.store(ctl_ptr + 2, tl.where(hit, above, 0).to(tl.int64))
+    tl.store(ctl_ptr + 3, tl.where(hit, count, 0).to(tl.int64))
+    tl.store(ctl_ptr + 4, tl.zeros([], dtype=tl.int64))
+    tl.store(ctl_ptr + 5, tl.zeros([], dtype=tl.int64))
+    tl.store(ctl_ptr + 6, tl.zeros([], dtype=tl.int64))
+
+
+def f32_window_pivot_launches(
+    flats: list[torch.Tensor],
+    counts: torch.Tensor,
+    compact: torch.Tensor,
+    state: torch.Tensor,
+    k: int,
+    window: int = WINDOW,
+    count_programs: int | None = None,
+) -> list[tuple]:
+    """(kernel, grid, arguments, warps) of every launch of the float32 window pivot over the flat
+    float32 tensors ``flats`` (any number, read in place). ``counts``: int64 [F32_WINDOW_COUNTS_LEN]
+    of zeros (left zeroed but for NONFINITE, GT, EQ at the radix select's places and the control
+    words); ``compact``: float32 [compact_capacity(n)] scratch; ``state``: float32 [2] <- (pivot,
+    tie share). Same results as ``radix_hist_passes`` + ``radix_select_launch``."""
+    if counts.dtype != torch.int64 or counts.numel() < F32_WINDOW_COUNTS_LEN or not counts.is_contiguous():
+        raise ValueError(f"counts must be a contiguous int64 tensor of {F32_WINDOW_COUNTS_LEN} values")
+    if state.dtype != torch.float32 or state.numel() < 2 or counts.device != state.device:
+        raise ValueError("state must be a float32 tensor of 2 values on the device of counts")
+    flats = [f for f in flats if f.numel()]
+    if not flats:
+        raise ValueError("no values to select from")
+    if any(f.dtype != torch.float32 or f.dim() != 1 or not f.is_contiguous() for f in flats):
+        raise TypeError("flats must be flat contiguous float32 tensors")
+    if window not in (8, 16):
+        raise ValueError(f"window must be 8 or 16 keys, got {window!r}")
+    n = sum(f.numel() for f in flats)
+    cap = compact_capacity(n)
+    if compact.dtype != torch.float32 or compact.numel() < cap or compact.device != counts.device:
+        raise ValueError(f"compact must be a float32 tensor of at least {cap} values on the device of counts")
+    n_s = sum(sampled_values(f.numel(), WINDOW_SAMPLE) for f in flats)
+    ks = min(n_s, max(1, round(k * n_s / n))) if k > 0 else 0
+    words = [f.view(torch.int32) for f in flats]
+    groups = [words[i : i + MAX_TENSORS] for i in range(0, len(words), MAX_TENSORS)]
+    fgroups = [flats[i : i + MAX_TENSORS] for i in range(0, len(flats), MAX_TENSORS)]
+    sample, ctl = counts[SAMPLE_AT:CTL_AT], counts[CTL_AT:]
+    lo, ticket = ctl[LO:], ctl[SAMPLE_TICKET:]
+    kw = {"sample": WINDOW_SAMPLE, "programs": WINDOW_SAMPLE_PROGRAMS, "key_shift": 16}
+    out = [hist16_launch(g, sample, ks, 1, **kw) for g in groups]
+    for i, g in enumerate(groups):  # the last group's last program writes the window's lowest key
+        place = (lo, ticket, window) if i == len(groups) - 1 else None
+        out.append(hist16_launch(g, sample, ks, 2, window_lo=place, **kw))
+    grid = count_programs or _count_programs(flats[0].device)
+    buf = compact[:cap].view(torch.int32)
+    for g in groups:
+        slots, programs, iters = tensor_slots(g, programs=grid)
+        out.append((_window_compact_kernel, (programs,), (*slots, ctl, buf, cap, iters, BLOCK, window), 8))
+    out.append((_window_hit_kernel, (1,), (ctl, k, cap), 1))
+    cslots, cprograms, _ = tensor_slots([compact[:cap]])
+    for p in range(1, PASSES + 1):  # over the buffer where the window hit, else over every value
+        out.append((_radix_hist_kernel, (cprograms,), (*cslots, counts, -1, -1, ctl, p, BLOCK, 2), 8))
+        for g in fgroups:
+            slots, programs, iters = tensor_slots(g)
+            out.append((_radix_hist_kernel, (programs,), (*slots, counts, -1, iters, ctl, p, BLOCK, 1), 8))
+    out.append((_radix_select_kernel, (1,), (counts, state, k, ctl, True, True), 4))
+    return out
+
+
+def f32_window_pivot(tensors: list[torch.Tensor], k: int, **kw: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float32 window pivot of the k-th largest |w| over ``tensors``: (state [pivot, tie share],
+    counts [F32_WINDOW_COUNTS_LEN]); a test and benchmark entry point (``FlexMasker`` keeps the launches)."""
+    dev = tensors[0].device
+    flats = [t.detach().reshape(-1) for t in tensors]
+    counts = torch.zeros(F32_WINDOW_COUNTS_LEN, dtype=torch.int64, device=dev)
+    compact = torch.empty(compact_capacity(sum(f.numel() for f in flats)), dtype=torch.float32, device=dev)
+    state = torch.full((2,), float("nan"), device=dev)
+    for kernel, grid, args, warps in f32_window_pivot_launches(flats, counts, compact, state, k, **kw):
+        kernel[grid](*args, num_warps=warps)
+    return state, counts
