@@ -53,9 +53,10 @@ def jobs() -> list[tuple]:
     ):
         sig = _signature(fn, {**flex, "pivot": "*fp32" if cx["PIVOT_PTR"] else "fp32"})
         out.append((name, fn, sig, cx, 4))
-    sig = _signature(rt._radix_hist_kernel, {"hist_ptr": "*i64"}, wide=("k",))
+    sig = _signature(rt._radix_hist_kernel, {"hist_ptr": "*i64", "ctl_ptr": "*i64"}, wide=("k",))
+    mode = {"MODE": 0} if "MODE" in rt._radix_hist_kernel.arg_names else {}  # trees before the f32 window pivot
     for p in (1, 2, 4):
-        out.append((f"radix_hist pass {p}", rt._radix_hist_kernel, sig, {"PASS": p, "BLOCK": 4096}, 8))
+        out.append((f"radix_hist pass {p}", rt._radix_hist_kernel, sig, {"PASS": p, "BLOCK": 4096, **mode}, 8))
     return out
 
 

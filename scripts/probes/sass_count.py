@@ -163,9 +163,9 @@ def radix_passes(top: int) -> None:
     from kernels.ops import _pivot_radix_triton as rt
 
     sig = {f"x{i}": "*fp32" for i in range(8)} | {f"n{i}": "i32" for i in range(8)}
-    sig |= {f"s{i}": "i32" for i in range(1, 8)} | {"hist_ptr": "*i64", "k": "i32", "iters": "i32"}
+    sig |= {f"s{i}": "i32" for i in range(1, 8)} | {"hist_ptr": "*i64", "k": "i32", "iters": "i32", "ctl_ptr": "*i64"}
     for p in (1, 2, 4):
-        cx = {"PASS": p, "BLOCK": rt.BLOCK}
+        cx = {"PASS": p, "BLOCK": rt.BLOCK, "MODE": 0}
         sass, regs = compile_sass(rt._radix_hist_kernel, {**sig, **{k: "constexpr" for k in cx}}, cx, 8)
         ops = opcode_counts(sass)
         print(f"radix pass {p}: {sum(ops.values())} instructions, {regs} registers, ATOMS {ops['ATOMS']} (16 values)")
