@@ -44,7 +44,7 @@ def _radix_hist_kernel(
         run = missed if MODE == 1 else 1 - missed
         k = tl.load(ctl_ptr + 1)
     if MODE == 2:
-        n0 = tl.load(ctl_ptr + 3)
+        n0 = tl.load(ctl_ptr + 3).to(tl.int32)  # as the other sizes (the window holds < 2**31 values)
         iters = tl.cdiv(n0, nprog * BLOCK)
     ar = tl.arange(0, 256)
     # the digit of this pass: bits SHIFT.. of |w| (7 bits in the last pass); the prefix: bits PSHIFT..30
