@@ -38,14 +38,14 @@ def _radix_hist_kernel(
     # MODE 2 only where it hit: over x0, its compacted window, whose size is at ctl_ptr + 3.
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
-    run = tl.full([], 1, tl.int64)
-    if MODE != 0:
+    if MODE != 0:  # MODE 0 compiles to the same code as before the modes (scripts/probes/cpu_sass_compare.py)
         missed = tl.load(ctl_ptr)
         run = missed if MODE == 1 else 1 - missed
         k = tl.load(ctl_ptr + 1)
-    if MODE == 2:
-        n0 = tl.load(ctl_ptr + 3).to(tl.int32)  # as the other sizes (the window holds < 2**31 values)
-        iters = tl.cdiv(n0, nprog * BLOCK)
+        if MODE == 2:
+            n0 = tl.load(ctl_ptr + 3).to(tl.int32)  # as the other sizes (the window holds < 2**31 values)
+            iters = tl.cdiv(n0, nprog * BLOCK)
+        iters = iters * run
     ar = tl.arange(0, 256)
     # the digit of this pass: bits SHIFT.. of |w| (7 bits in the last pass); the prefix: bits PSHIFT..30
     SHIFT: tl.constexpr = 23 - 8 * (PASS - 1) if PASS < 4 else 0
@@ -62,7 +62,7 @@ def _radix_hist_kernel(
     acc = tl.zeros([256], dtype=tl.int32)
     off0 = tl.zeros([1], dtype=tl.int32)  # taken out of bin 0: padding lanes, values below the prefix
     off_top = tl.zeros([1], dtype=tl.int32)  # taken out of bin 255: values above the prefix
-    for it in range(iters * run):
+    for it in range(iters):
         g = it * nprog + pid  # global block
         x, n, start = block_slot(
             g, x0, x1, x2, x3, x4, x5, x6, x7, n0, n1, n2, n3, n4, n5, n6, n7, s1, s2, s3, s4, s5, s6, s7
@@ -81,7 +81,10 @@ def _radix_hist_kernel(
         acc += tl.histogram(b, 256)
     acc -= tl.where(ar == 0, tl.sum(off0, 0), 0)
     acc -= tl.where(ar == 255, tl.sum(off_top, 0), 0)
-    tl.atomic_add(hist_ptr + (PASS - 1) * 256 + ar, acc.to(tl.int64), mask=acc != 0)
+    if MODE == 0:
+        tl.atomic_add(hist_ptr + (PASS - 1) * 256 + ar, acc.to(tl.int64))
+    else:  # an idle guarded program adds nothing
+        tl.atomic_add(hist_ptr + (PASS - 1) * 256 + ar, acc.to(tl.int64), mask=acc != 0)
 
 
 @triton.jit

@@ -5,7 +5,7 @@ and of this tree, compared line by line with addresses dropped. Identical SASS m
 changed no instruction, so results measured before it still describe the code (a review's
 evidence, results/reviews.csv). Covers: the transposable 2:4 search kernel (three tile shapes),
 FAST's TBS(4,4) mask kernels (one weight, pointer pivot with PDL, up to 8 weights), the radix
-pivot's histogram pass (passes 1, 2, 4).
+pivot's histogram pass (passes 1, 2, 4) and select, the 16-bit two-pass select's passes.
 
     mkdir -p /tmp/old && git archive REV kernels | tar -x -C /tmp/old
     python3 scripts/probes/cpu_sass_compare.py --before /tmp/old
@@ -57,6 +57,18 @@ def jobs() -> list[tuple]:
     mode = {"MODE": 0} if "MODE" in rt._radix_hist_kernel.arg_names else {}  # trees before the f32 window pivot
     for p in (1, 2, 4):
         out.append((f"radix_hist pass {p}", rt._radix_hist_kernel, sig, {"PASS": p, "BLOCK": 4096, **mode}, 8))
+    fn = rt._radix_select_kernel
+    sig = _signature(fn, {"hist_ptr": "*i64", "state_ptr": "*fp32", "ctl_ptr": "*i64"}, wide=("k",))
+    device_k = {"DEVICE_K": False} if "DEVICE_K" in fn.arg_names else {}
+    out.append(("radix_select clear", fn, sig, {"CLEAR": True, **device_k}, 4))
+    pt = importlib.import_module("kernels.ops._pivot_triton")
+    fn = pt._hist16_kernel
+    ptrs = {"x*": "*i16", "hist_ptr": "*i64", "flag_ptr": "*i64", "state_ptr": "*fp32", "ticket_ptr": "*i64"}
+    sig = _signature(fn, ptrs, wide=("k",))
+    shift = {"KEY_SHIFT": 0} if "KEY_SHIFT" in fn.arg_names else {}
+    for p, select in ((1, 0), (2, 1)):  # every value (SAMPLE 1): the two-pass select's passes
+        cx = {"PASS": p, "BLOCK": 4096, "SAMPLE": 1, "GUARDED": False, "SELECT": select, "IS_BF16": True, "W": 8}
+        out.append((f"hist16 pass {p}", fn, sig, {**cx, **shift, "PDL": False}, 8))
     return out
 
 
