@@ -120,12 +120,19 @@ def f32_window_pivot_launches(
     k: int,
     window: int = WINDOW,
     count_programs: int | None = None,
+    count_block: int = BLOCK,
+    count_warps: int = 8,
 ) -> list[tuple]:
     """(kernel, grid, arguments, warps) of every launch of the float32 window pivot over the flat
     float32 tensors ``flats`` (any number, read in place). ``counts``: int64 [F32_WINDOW_COUNTS_LEN]
     of zeros (left zeroed but for NONFINITE, GT, EQ at the radix select's places and the control
     words); ``compact``: float32 [compact_capacity(n)] scratch; ``state``: float32 [2] <- (pivot,
-    tie share). Same results as ``radix_hist_passes`` + ``radix_select_launch``."""
+    tie share). Same results as ``radix_hist_passes`` + ``radix_select_launch``. The compacting
+    pass: ``count_programs`` (default two an SM), blocks of ``count_block`` values (a power of two
+    from 1024), ``count_warps`` warps: the settings measured at 693c586
+    (results/tuning/h200_probe_fp32_train_masks_693c586.txt); the gaussian search's compaction ran
+    fastest with 16 programs an SM of 1024-value blocks and 4 warps on an H100
+    (results/tuning/h100_probe_gaussian_kernels.txt): to measure here."""
     if counts.dtype != torch.int64 or counts.numel() < F32_WINDOW_COUNTS_LEN or not counts.is_contiguous():
         raise ValueError(f"counts must be a contiguous int64 tensor of {F32_WINDOW_COUNTS_LEN} values")
     if state.dtype != torch.float32 or state.numel() < 2 or counts.device != state.device:
@@ -137,6 +144,8 @@ def f32_window_pivot_launches(
         raise TypeError("flats must be flat contiguous float32 tensors")
     if window not in (8, 16):
         raise ValueError(f"window must be 8 or 16 keys, got {window!r}")
+    if count_block < 1024 or count_block & (count_block - 1):
+        raise ValueError(f"count_block must be a power of two from 1024, got {count_block!r}")
     n = sum(f.numel() for f in flats)
     cap = compact_capacity(n)
     if compact.dtype != torch.float32 or compact.numel() < cap or compact.device != counts.device:
@@ -156,8 +165,9 @@ def f32_window_pivot_launches(
     grid = count_programs or _count_programs(flats[0].device)
     buf = compact[:cap].view(torch.int32)
     for g in groups:
-        slots, programs, iters = tensor_slots(g, programs=grid)
-        out.append((_window_compact_kernel, (programs,), (*slots, ctl, buf, cap, iters, BLOCK, window), 8))
+        slots, programs, iters = tensor_slots(g, programs=grid, block=count_block)
+        args = (*slots, ctl, buf, cap, iters, count_block, window)
+        out.append((_window_compact_kernel, (programs,), args, count_warps))
     out.append((_window_hit_kernel, (1,), (ctl, k, cap), 1))
     cslots, cprograms, _ = tensor_slots([compact[:cap]])
     for p in range(1, PASSES + 1):  # over the buffer where the window hit, else over every value

@@ -7,7 +7,8 @@ the float32 window pivot and with the four-pass radix pivot it replaced), the cl
 and the same masker on bf16 copies of the weights; then the two float32 pivots alone (and the
 window pivot's parts) in three regimes of the weights (init; row and column scales; half masked
 to 0 then a small update, as the trainer's), checked bit for bit against each other, with the
-window's hit and size, beside the bf16 window pivot; then a profile of one call by kernel.
+window's hit and size, beside the bf16 window pivot; the compacting pass's launch settings swept
+(init regime); then a profile of one call by kernel.
 CUDA-graph replays where a call can be captured (``repro.timing.time_gpu``).
 
     python3 scripts/probes/gpu_probe_fp32_train_masks.py          # one GPU
@@ -145,6 +146,8 @@ def pivots(ws: list[torch.Tensor], smoke: bool) -> None:
         bwin = pt.window_pivot_launches([f.view(torch.int16) for f in b16], bc, bs, k, torch.bfloat16)
         _run(bwin)
         print(f"   bf16 window pivot (rotated sample) on bf16 copies: {'missed' if int(bc[pt.FLAG_AT]) else 'hit'}")
+        if regime == "init":
+            compaction_sweep(flats, k, rs, rc, read_ms, smoke)
         if smoke:
             continue
         groups = -(-len(flats) // pt.MAX_TENSORS)
@@ -157,6 +160,39 @@ def pivots(ws: list[torch.Tensor], smoke: bool) -> None:
         ):
             t = time_gpu(lambda launches=launches: _run(launches))
             print(f"   {name:30s} {t.ms:8.3f} ms  ({t.ms / read_ms:5.2f} float32 reads)", flush=True)
+
+
+def compaction_sweep(
+    flats: list[torch.Tensor], k: int, rs: torch.Tensor, rc: torch.Tensor, read_ms: float, smoke: bool
+) -> None:
+    """The compacting pass's launch settings (block, warps, programs an SM): the window pivot timed
+    whole and up to its hit kernel, its result checked against the radix select's."""
+    from kernels.ops import _pivot_f32_triton as pf
+    from kernels.ops import _pivot_radix_triton as rt
+    from kernels.ops import _pivot_triton as pt
+
+    dev = flats[0].device
+    sms = 4 if smoke else torch.cuda.get_device_properties(dev).multi_processor_count
+    groups = -(-len(flats) // pt.MAX_TENSORS)
+    n = sum(f.numel() for f in flats)
+    print("   compacting pass settings (block, warps, programs an SM): window pivot / up to its hit kernel")
+    for block, warps, per_sm in ((4096, 8, 2), (4096, 4, 4), (2048, 4, 8), (1024, 4, 8), (1024, 4, 16), (1024, 8, 16)):
+        wc, st = torch.zeros(pf.F32_WINDOW_COUNTS_LEN, dtype=torch.int64, device=dev), torch.zeros(2, device=dev)
+        compact = torch.empty(pf.compact_capacity(n), device=dev)
+        kw = {"count_block": block, "count_warps": warps, "count_programs": per_sm * sms}
+        launches = pf.f32_window_pivot_launches(flats, wc, compact, st, k, **kw)
+        _run(launches)
+        same = torch.equal(st.view(torch.int32), rs.view(torch.int32)) and torch.equal(
+            wc[rt.NONFINITE : rt.COUNTS_LEN], rc[rt.NONFINITE :]
+        )
+        verdict = "equal" if same else "DIFFERS"
+        if smoke:
+            print(f"   {block:5d} {warps} {per_sm:3d}: {verdict}")
+            continue
+        whole = time_gpu(lambda launches=launches: _run(launches)).ms
+        part = time_gpu(lambda launches=launches: _run(launches[: 3 * groups + 1])).ms
+        reads = part / read_ms
+        print(f"   {block:5d} {warps} {per_sm:3d}: {whole:7.3f} / {part:7.3f} ms ({reads:5.2f} reads), {verdict}")
 
 
 if __name__ == "__main__":

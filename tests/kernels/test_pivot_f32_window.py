@@ -18,7 +18,7 @@ from kernels.ops.pivot_radix import RadixPivot
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _check_equal(ts: list[torch.Tensor], k: int, calls: int = 1) -> int:
+def _check_equal(ts: list[torch.Tensor], k: int, calls: int = 1, **kw: object) -> int:
     """Window pivot == radix select (state bit for bit, the three counts), ``calls`` times on the
     same buffers (each call leaves them ready for the next); returns the miss flag."""
     flats = [t.reshape(-1) for t in ts]
@@ -31,7 +31,7 @@ def _check_equal(ts: list[torch.Tensor], k: int, calls: int = 1) -> int:
     missed = []
     for _ in range(calls):
         state = torch.full((2,), float("nan"))
-        for kernel, grid, args, warps in pf.f32_window_pivot_launches(flats, counts, compact, state, k):
+        for kernel, grid, args, warps in pf.f32_window_pivot_launches(flats, counts, compact, state, k, **kw):
             kernel[grid](*args, num_warps=warps)
         assert torch.equal(state.view(torch.int32), radix.state.view(torch.int32)), (k, state, radix.state)
         assert counts[NONFINITE:COUNTS_LEN].tolist() == radix.counts[NONFINITE:].tolist()
@@ -62,6 +62,8 @@ def test_hit_reads_only_the_window():
     n = sum(t.numel() for t in ts)
     for d, calls in ((0.1, 1), (0.5, 2), (0.9, 1)):
         assert _check_equal(ts, round(d * n), calls) == 0, d
+    # a 16-key window; the compacting pass in smaller blocks, more programs, fewer warps
+    assert _check_equal(ts, round(0.3 * n), window=16, count_block=1024, count_programs=64, count_warps=4) == 0
 
 
 def test_miss_reads_every_value():
@@ -133,5 +135,7 @@ def test_bad_buffers_refused():
         pf.f32_window_pivot_launches([x.half()], counts, compact, state, 10)
     with pytest.raises(ValueError, match="window"):
         pf.f32_window_pivot_launches([x], counts, compact, state, 10, window=12)
+    with pytest.raises(ValueError, match="count_block"):
+        pf.f32_window_pivot_launches([x], counts, compact, state, 10, count_block=1000)
     with pytest.raises(ValueError, match="no values"):
         pf.f32_window_pivot_launches([x[:0]], counts, compact, state, 0)
