@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from kernels.ops._pivot_radix_triton import COUNTS_LEN as RADIX_COUNTS_LEN
-from kernels.ops._pivot_radix_triton import PASSES, _radix_hist_kernel, _radix_select_kernel
+from kernels.ops._pivot_radix_triton import PASSES, radix_guarded_launch, radix_select_launch
 from kernels.ops._pivot_triton import (
     BLOCK,
     HIST_LEN,
@@ -36,8 +36,8 @@ from kernels.ops._pivot_triton import (
     WINDOW,
     WINDOW_SAMPLE,
     WINDOW_SAMPLE_PROGRAMS,
-    _count_programs,
     block_slot,
+    default_count_programs,
     hist16_launch,
     sampled_values,
     tensor_slots,
@@ -162,20 +162,17 @@ def f32_window_pivot_launches(
     for i, g in enumerate(groups):  # the last group's last program writes the window's lowest key
         place = (lo, ticket, window) if i == len(groups) - 1 else None
         out.append(hist16_launch(g, sample, ks, 2, window_lo=place, **kw))
-    grid = count_programs or _count_programs(flats[0].device)
+    grid = count_programs or default_count_programs(flats[0].device)
     buf = compact[:cap].view(torch.int32)
     for g in groups:
         slots, programs, iters = tensor_slots(g, programs=grid, block=count_block)
         args = (*slots, ctl, buf, cap, iters, count_block, window)
         out.append((_window_compact_kernel, (programs,), args, count_warps))
     out.append((_window_hit_kernel, (1,), (ctl, k, cap), 1))
-    cslots, cprograms, _ = tensor_slots([compact[:cap]])
     for p in range(1, PASSES + 1):  # over the buffer where the window hit, else over every value
-        out.append((_radix_hist_kernel, (cprograms,), (*cslots, counts, -1, -1, ctl, p, BLOCK, 2), 8))
-        for g in fgroups:
-            slots, programs, iters = tensor_slots(g)
-            out.append((_radix_hist_kernel, (programs,), (*slots, counts, -1, iters, ctl, p, BLOCK, 1), 8))
-    out.append((_radix_select_kernel, (1,), (counts, state, k, ctl, True, True), 4))
+        out.append(radix_guarded_launch([compact[:cap]], counts, ctl, p, 2))
+        out += [radix_guarded_launch(g, counts, ctl, p, 1) for g in fgroups]
+    out.append(radix_select_launch(counts, state, k, True, ctl))
     return out
 
 

@@ -149,10 +149,28 @@ def radix_hist_passes(flats: list[torch.Tensor], counts: torch.Tensor, k: int) -
     return [[radix_hist_launch(g, counts, k, p) for g in groups] for p in range(1, PASSES + 1)]
 
 
-def radix_select_launch(counts: torch.Tensor, state: torch.Tensor, k: int, clear: bool) -> tuple:
-    """(kernel, grid, every argument in signature order, warps) of the device select."""
+def radix_guarded_launch(
+    flats: list[torch.Tensor], counts: torch.Tensor, ctl: torch.Tensor, pass_: int, mode: int
+) -> tuple:
+    """(kernel, grid, every argument in signature order, warps) of pass ``pass_`` for the float32
+    window pivot (``kernels.ops._pivot_f32_triton``): ``mode`` 1 over ``flats`` only where its
+    window missed, 2 over ``flats[0]`` (its compacted window, size and rank read from ``ctl``) only
+    where it hit."""
+    if not 1 <= pass_ <= PASSES or mode not in (1, 2):
+        raise ValueError(f"pass must be 1..{PASSES} and mode 1 or 2, got {pass_}, {mode}")
+    slots, programs, iters = tensor_slots(flats)
+    return _radix_hist_kernel, (programs,), (*slots, counts, -1, iters if mode == 1 else -1, ctl, pass_, BLOCK, mode), 8
+
+
+def radix_select_launch(
+    counts: torch.Tensor, state: torch.Tensor, k: int, clear: bool, ctl: torch.Tensor | None = None
+) -> tuple:
+    """(kernel, grid, every argument in signature order, warps) of the device select; with ``ctl``
+    (the float32 window pivot's control words) rank and #(above) are read from it."""
     if counts.dtype != torch.int64 or counts.numel() < COUNTS_LEN or not counts.is_contiguous():
         raise ValueError(f"counts must be a contiguous int64 tensor of {COUNTS_LEN} values")
     if state.dtype != torch.float32 or state.numel() < 2 or counts.device != state.device:
         raise ValueError("state must be a float32 tensor of 2 values on the device of counts")
+    if ctl is not None:
+        return _radix_select_kernel, (1,), (counts, state, k, ctl, clear, True), 4
     return _radix_select_kernel, (1,), (counts, state, k, counts, clear, False), 4

@@ -531,7 +531,7 @@ def _select_window(
         tl.store(hist_ptr + 386, eq.to(tl.int64))
 
 
-def _count_programs(device: torch.device) -> int:
+def default_count_programs(device: torch.device) -> int:
     """The counting pass's grid: two programs per SM (264 on an H100: 24.7% of the copy bandwidth on
     a MAP-NEO 460M block against 14.9% at 1024, results/tuning/h100_probe_window_pivot_sweep.txt)."""
     if device.type == "cuda":
@@ -600,8 +600,8 @@ def window_pivot_launches(
     groups = [flats[i : i + MAX_TENSORS] for i in range(0, len(flats), MAX_TENSORS)]
     fuse = fuse_select and len(groups) == 1
     fuse_window = fuse_window_select and len(groups) == 1
-    grid = count_programs or _count_programs(flats[0].device)
-    fallback = fallback_programs or _count_programs(flats[0].device)
+    grid = count_programs or default_count_programs(flats[0].device)
+    fallback = fallback_programs or default_count_programs(flats[0].device)
     sample, win, flag = counts[SAMPLE_AT:WIN_AT], counts[WIN_AT:FLAG_AT], counts[FLAG_AT:]
     ticket, sample_ticket, lo = counts[TICKETS_AT + 1 :], counts[TICKETS_AT + 2 :], counts[LO_AT:]
     is_bf16 = dtype == torch.bfloat16
