@@ -37,7 +37,6 @@ from kernels.ops._pivot_triton import (
     WINDOW_SAMPLE,
     WINDOW_SAMPLE_PROGRAMS,
     block_slot,
-    default_count_programs,
     hist16_launch,
     sampled_values,
     tensor_slots,
@@ -48,6 +47,17 @@ CTL_AT = SAMPLE_AT + HIST_LEN  # the control words below, relative to CTL_AT
 MISSED, K_EFF, BASE, N_COMPACT, ABOVE, COUNT, NONFINITE_SEEN, LO, SAMPLE_TICKET = range(9)
 F32_WINDOW_COUNTS_LEN = CTL_AT + 9
 F32_WINDOW_MIN_VALUES = 1 << 20  # below this the radix passes are cheap enough: no window
+
+
+COMPACT_BLOCK = 1024  # the compacting pass's block, warps and programs an SM: the fastest of six
+COMPACT_WARPS = 4  # settings on an H200 (2.07 ms for the 460M model's window pivot against 2.74 at
+COMPACT_PROGRAMS_PER_SM = 16  # 4096 / 8 / 2; results/tuning/h200_probe_fp32_train_masks_491bf07.txt)
+
+
+def compact_programs(device: torch.device) -> int:
+    """The compacting pass's grid: ``COMPACT_PROGRAMS_PER_SM`` programs an SM (132 SMs off a GPU)."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+    return COMPACT_PROGRAMS_PER_SM * sms
 
 
 def compact_capacity(n: int) -> int:
@@ -120,19 +130,17 @@ def f32_window_pivot_launches(
     k: int,
     window: int = WINDOW,
     count_programs: int | None = None,
-    count_block: int = BLOCK,
-    count_warps: int = 8,
+    count_block: int = COMPACT_BLOCK,
+    count_warps: int = COMPACT_WARPS,
 ) -> list[tuple]:
     """(kernel, grid, arguments, warps) of every launch of the float32 window pivot over the flat
     float32 tensors ``flats`` (any number, read in place). ``counts``: int64 [F32_WINDOW_COUNTS_LEN]
     of zeros (left zeroed but for NONFINITE, GT, EQ at the radix select's places and the control
     words); ``compact``: float32 [compact_capacity(n)] scratch; ``state``: float32 [2] <- (pivot,
     tie share). Same results as ``radix_hist_passes`` + ``radix_select_launch``. The compacting
-    pass: ``count_programs`` (default two an SM), blocks of ``count_block`` values (a power of two
-    from 1024), ``count_warps`` warps: the settings measured at 693c586
-    (results/tuning/h200_probe_fp32_train_masks_693c586.txt); the gaussian search's compaction ran
-    fastest with 16 programs an SM of 1024-value blocks and 4 warps on an H100
-    (results/tuning/h100_probe_gaussian_kernels.txt): to measure here."""
+    pass: ``count_programs`` (default ``compact_programs``), blocks of ``count_block`` values (a
+    power of two from 1024), ``count_warps`` warps; the defaults are the fastest of six settings
+    swept on an H200 (results/tuning/h200_probe_fp32_train_masks_491bf07.txt)."""
     if counts.dtype != torch.int64 or counts.numel() < F32_WINDOW_COUNTS_LEN or not counts.is_contiguous():
         raise ValueError(f"counts must be a contiguous int64 tensor of {F32_WINDOW_COUNTS_LEN} values")
     if state.dtype != torch.float32 or state.numel() < 2 or counts.device != state.device:
@@ -162,7 +170,7 @@ def f32_window_pivot_launches(
     for i, g in enumerate(groups):  # the last group's last program writes the window's lowest key
         place = (lo, ticket, window) if i == len(groups) - 1 else None
         out.append(hist16_launch(g, sample, ks, 2, window_lo=place, **kw))
-    grid = count_programs or default_count_programs(flats[0].device)
+    grid = count_programs or compact_programs(flats[0].device)
     buf = compact[:cap].view(torch.int32)
     for g in groups:
         slots, programs, iters = tensor_slots(g, programs=grid, block=count_block)
