@@ -7,10 +7,16 @@ weights it took 7.2 ms of FlexMasker's 13.4 ms (results/tuning/h200_probe_fp32_t
 coarsely, so the 16-bit window pivot's idea carries over (``kernels.ops._pivot_triton``):
 
 1. the 16-bit sample passes (``_hist16_kernel`` with ``KEY_SHIFT`` 16) place a ``WINDOW``-key window
-   around the sample's rank k (1/32 of the values);
-2. one pass over every value (``_window_compact_kernel``) counts the values above the window and
-   the non-finite ones, and copies the magnitudes of those inside it into a buffer (1.55% of the
-   values at initialisation, 0.28% in the trainer's regime: results/tuning/cpu_probe_f32_window_pivot.txt);
+   around the sample's rank k (1/32 of the values); where rank k lies at the edge of the exact
+   zeros (a trainer that re-applies its masks prunes to exact zeros, so rank k sits between them
+   and the smallest kept value: a fixed window missed there at every step,
+   results/tuning/h200_probe_train_step_masks_d27c9c7.txt) the window runs from key 0 to the end
+   of the exponent that holds a rank safely above k (``f32_window_keys``);
+2. one pass over every value (``_window_compact_kernel``) counts the values above the window, the
+   non-finite ones and the zeros, and copies the nonzero magnitudes inside it into a buffer (1.55%
+   of the values at initialisation, 0.28% in the trainer's regime: results/tuning/cpu_probe_f32_window_pivot.txt);
+   the zeros are counted, not copied (half the values at density 0.5), and the radix passes add
+   them to their bin 0;
 3. a one-program select (``_window_hit_kernel``) decides: where rank k falls in the window, the
    buffer fits and nothing is non-finite, the radix passes run over the buffer alone with rank
    k - #(above); else (a miss) over every value with rank k, as the radix select does today;
@@ -44,8 +50,8 @@ from kernels.ops._pivot_triton import (
 
 SAMPLE_AT = RADIX_COUNTS_LEN  # the sample's 384 bins, after the radix bins and NONFINITE, GT, EQ
 CTL_AT = SAMPLE_AT + HIST_LEN  # the control words below, relative to CTL_AT
-MISSED, K_EFF, BASE, N_COMPACT, ABOVE, COUNT, NONFINITE_SEEN, LO, SAMPLE_TICKET = range(9)
-F32_WINDOW_COUNTS_LEN = CTL_AT + 9
+MISSED, K_EFF, BASE, N_COMPACT, ABOVE, COUNT, NONFINITE_SEEN, LO, SAMPLE_TICKET, ZEROS, HI, ZEROS_IN = range(12)
+F32_WINDOW_COUNTS_LEN = CTL_AT + 12
 F32_WINDOW_MIN_VALUES = 1 << 20  # below this the radix passes are cheap enough: no window
 
 
@@ -71,17 +77,20 @@ def _window_compact_kernel(
     x0, x1, x2, x3, x4, x5, x6, x7,
     n0, n1, n2, n3, n4, n5, n6, n7,
     s1, s2, s3, s4, s5, s6, s7,
-    ctl_ptr, out_ptr, cap, iters, BLOCK: tl.constexpr, W: tl.constexpr,
+    ctl_ptr, out_ptr, cap, iters, BLOCK: tl.constexpr,
 ):  # fmt: skip
     # xi: int32 views of float32 tensors. Key = the top 16 bits of |w|; the window holds keys
-    # lo .. lo + W - 1 (lo at ctl_ptr + LO). Each block's magnitudes inside the window go to
-    # out_ptr at an offset taken by one atomic a block (ctl_ptr + COUNT: every one, also past cap);
-    # #(key above the window) and #(non-finite) add to ctl_ptr + ABOVE, + NONFINITE_SEEN.
+    # lo .. hi - 1 (at ctl_ptr + LO, + HI). Each block's nonzero magnitudes inside the window go
+    # to out_ptr at an offset taken by one atomic a block (ctl_ptr + COUNT: every one, also past
+    # cap); #(key above the window), #(non-finite) and #(|w| == 0) add to ctl_ptr + ABOVE,
+    # + NONFINITE_SEEN, + ZEROS.
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
     lo = tl.load(ctl_ptr + 7).to(tl.int32)  # LO
+    hi = tl.load(ctl_ptr + 10).to(tl.int32)  # HI
     above = tl.zeros([BLOCK], dtype=tl.int32)
     nonfinite = tl.zeros([BLOCK], dtype=tl.int32)
+    zeros = tl.zeros([BLOCK], dtype=tl.int32)
     r = tl.arange(0, BLOCK)
     for i in range(iters):
         g = i * nprog + pid  # global block
@@ -91,10 +100,11 @@ def _window_compact_kernel(
         offs = (g - start) * BLOCK + r
         m = offs < n
         v = tl.load(x + offs, mask=m, other=0) & 0x7FFFFFFF
-        d = (v >> 16) - lo
-        above += (m & (d >= W)).to(tl.int32)
+        key = v >> 16
+        above += (m & (key >= hi)).to(tl.int32)
         nonfinite += (v >= 0x7F800000).to(tl.int32)  # padding reads 0
-        keep = m & (d >= 0) & (d < W)
+        zeros += (m & (v == 0)).to(tl.int32)
+        keep = m & (key >= lo) & (key < hi) & (v != 0)
         kk = keep.to(tl.int32)
         total = tl.sum(kk, 0)
         if total > 0:
@@ -103,23 +113,29 @@ def _window_compact_kernel(
             tl.store(out_ptr + at, v, mask=keep & (at < cap))
     tl.atomic_add(ctl_ptr + 4, tl.sum(above, 0).to(tl.int64))  # ABOVE
     tl.atomic_add(ctl_ptr + 6, tl.sum(nonfinite, 0).to(tl.int64))  # NONFINITE_SEEN
+    tl.atomic_add(ctl_ptr + 9, tl.sum(zeros, 0).to(tl.int64))  # ZEROS
 
 
 @triton.jit
 def _window_hit_kernel(ctl_ptr, k, cap):
-    # one program: hit where rank k is inside the window, the buffer held it and nothing is
-    # non-finite; writes MISSED, K_EFF, BASE, N_COMPACT and clears the pass's counters
+    # one program: hit where rank k is inside the window (its nonzero values, and its zeros where
+    # it starts at key 0), the buffer held it and nothing is non-finite; writes MISSED, K_EFF,
+    # BASE, N_COMPACT, ZEROS_IN (the zeros the radix passes add to their bin 0) and clears the
+    # pass's counters
     above = tl.load(ctl_ptr + 4)
     count = tl.load(ctl_ptr + 5)
     nonfinite = tl.load(ctl_ptr + 6)
-    hit = (above < k) & (k <= above + count) & (count <= cap) & (nonfinite == 0)
+    zeros = tl.where(tl.load(ctl_ptr + 7) == 0, tl.load(ctl_ptr + 9), 0)
+    hit = (above < k) & (k <= above + count + zeros) & (count <= cap) & (nonfinite == 0)
     tl.store(ctl_ptr + 0, tl.where(hit, 0, 1).to(tl.int64))
     tl.store(ctl_ptr + 1, tl.where(hit, k - above, k).to(tl.int64))
     tl.store(ctl_ptr + 2, tl.where(hit, above, 0).to(tl.int64))
     tl.store(ctl_ptr + 3, tl.where(hit, count, 0).to(tl.int64))
+    tl.store(ctl_ptr + 11, tl.where(hit, zeros, 0).to(tl.int64))
     tl.store(ctl_ptr + 4, tl.zeros([], dtype=tl.int64))
     tl.store(ctl_ptr + 5, tl.zeros([], dtype=tl.int64))
     tl.store(ctl_ptr + 6, tl.zeros([], dtype=tl.int64))
+    tl.store(ctl_ptr + 9, tl.zeros([], dtype=tl.int64))
 
 
 def f32_window_pivot_launches(
@@ -174,7 +190,7 @@ def f32_window_pivot_launches(
     buf = compact[:cap].view(torch.int32)
     for g in groups:
         slots, programs, iters = tensor_slots(g, programs=grid, block=count_block)
-        args = (*slots, ctl, buf, cap, iters, count_block, window)
+        args = (*slots, ctl, buf, cap, iters, count_block)
         out.append((_window_compact_kernel, (programs,), args, count_warps))
     out.append((_window_hit_kernel, (1,), (ctl, k, cap), 1))
     for p in range(1, PASSES + 1):  # over the buffer where the window hit, else over every value

@@ -35,7 +35,8 @@ def _radix_hist_kernel(
     # up to 8 tensors read in place: xi holds ni values, its blocks start at global block si.
     # MODE 0: always runs, rank k. The float32 window pivot (_pivot_f32_triton) reads rank k from
     # ctl_ptr + 1 and runs MODE 1 (every value) only where its window missed (ctl_ptr + 0 holds 1),
-    # MODE 2 only where it hit: over x0, its compacted window, whose size is at ctl_ptr + 3.
+    # MODE 2 only where it hit: over x0, its compacted window, whose size is at ctl_ptr + 3, and
+    # the window's exact zeros, counted at ctl_ptr + 11.
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
     if MODE != 0:  # MODE 0 compiles to the same code as before the modes (scripts/probes/cpu_sass_compare.py)
@@ -84,7 +85,11 @@ def _radix_hist_kernel(
     if MODE == 0:
         tl.atomic_add(hist_ptr + (PASS - 1) * 256 + ar, acc.to(tl.int64))
     else:  # an idle guarded program adds nothing
-        tl.atomic_add(hist_ptr + (PASS - 1) * 256 + ar, acc.to(tl.int64), mask=acc != 0)
+        acc64 = acc.to(tl.int64)
+        if MODE == 2:  # the window's zeros (not compacted: ctl_ptr + 11), in bin 0 while the prefix is 0
+            zeros = tl.load(ctl_ptr + 11) * run
+            acc64 += tl.where((ar == 0) & (pid == 0) & (prefix == 0), zeros, 0)
+        tl.atomic_add(hist_ptr + (PASS - 1) * 256 + ar, acc64, mask=acc64 != 0)
 
 
 @triton.jit

@@ -137,7 +137,11 @@ def _hist16_kernel(
                 _select16(hist_ptr, state_ptr, k, IS_BF16, True, True)
     if SELECT == 2:  # noqa: SIM102
         if last_program(ticket_ptr, nprog):
-            lo = window_lowest_key(hist_ptr, k, W, True)
+            if KEY_SHIFT == 16:  # the float32 window: its lowest key and its end (state_ptr + 3)
+                lo, hi = f32_window_keys(hist_ptr, k, W)
+                tl.store(state_ptr + 3, hi.to(tl.int64))
+            else:
+                lo = window_lowest_key(hist_ptr, k, W, True)
             tl.debug_barrier()  # every thread has read the bins before any is zeroed
             tl.store(hist_ptr + ar, tl.zeros([256], dtype=tl.int64))
             tl.store(hist_ptr + 256 + tl.arange(0, 128), tl.zeros([128], dtype=tl.int64))
@@ -367,6 +371,29 @@ def window_lowest_key(sample_ptr, ks, WINDOW: tl.constexpr, VOLATILE: tl.constex
     # the lowest key of the window: the sample's ks-th largest key near the window's middle
     bits, gt, eq = rank_in_hist(sample_ptr, ks, VOLATILE)
     return tl.minimum(tl.maximum(bits - (WINDOW // 2 - 1), 0), 0x8000 - WINDOW)
+
+
+@triton.jit
+def f32_window_keys(sample_ptr, ks, WINDOW: tl.constexpr):
+    # the float32 window's keys lo .. hi - 1 from the sample's bins (n_s values): WINDOW keys
+    # around its ks-th largest key; but where rank ks lies among the sample's zeros (exponent 0)
+    # or its n_s / 64 smallest nonzero values (a trainer that re-applies its masks prunes to exact
+    # zeros and puts rank k at their edge), from key 0 to the end of the highest exponent below
+    # which the sample holds at most n_s / 32 nonzero values (1/32 of the values: half the
+    # buffer), so that the window holds both sides of that edge (its zeros counted, not copied)
+    bits, gt, eq = rank_in_hist(sample_ptr, ks, True)
+    lo = tl.minimum(tl.maximum(bits - (WINDOW // 2 - 1), 0), 0x8000 - WINDOW)
+    hi = lo + WINDOW
+    ar = tl.arange(0, 256)
+    bins = tl.load(sample_ptr + ar, volatile=True)  # by exponent, from 0
+    nonzero = tl.sum(tl.where(ar > 0, bins, 0), 0)
+    budget = tl.sum(bins, 0) // 32  # n_s // 32
+    below = tl.cumsum(tl.where(ar > 0, bins, 0), 0)  # nonzero values of exponent <= e
+    top = tl.max(tl.where(below <= budget, ar, 0), 0)
+    cliff = ks > nonzero - budget // 2
+    lo = tl.where(cliff, 0, lo)
+    hi = tl.where(cliff, (top + 1) * 128, hi)
+    return lo, hi
 
 
 @triton.jit

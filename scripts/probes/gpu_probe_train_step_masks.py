@@ -12,7 +12,7 @@ function: one ``FlexMasker`` over the float32 master weights, masks cloned; ``Ma
   time of each.
 
     python3 scripts/probes/gpu_probe_train_step_masks.py          # one GPU
-    python3 scripts/probes/gpu_probe_train_step_masks.py --smoke  # CPU, a small model
+    TRITON_INTERPRET=1 python3 scripts/probes/gpu_probe_train_step_masks.py --smoke  # CPU, a small model
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from kernels.ops._pivot_f32_triton import CTL_AT, K_EFF, MISSED, N_COMPACT  # noqa: E402
+import kernels.ops._pivot_f32_triton as pf  # noqa: E402
+from kernels.ops._pivot_f32_triton import CTL_AT, HI, K_EFF, LO, MISSED, N_COMPACT  # noqa: E402
 from kernels.ops.flex import TBS, FlexMasker  # noqa: E402
 from repro.masked_training import MaskedTrainer, time_training_steps  # noqa: E402
 from repro.models.llama import CONFIGS, LlamaConfig, LlamaModel, sparse_linears  # noqa: E402
@@ -56,7 +57,9 @@ def main(smoke: bool) -> None:
     cuda = dev.type == "cuda"
     small = LlamaConfig(hidden=64, ffn=128, layers=2, heads=4, vocab=256, seq_len=32)
     cfg = small if smoke else CONFIGS["map-neo-460m"]
-    batch, steps = (2, 4) if smoke else (4, 20)
+    batch, steps, reps = (2, 2, 1) if smoke else (4, 10, 10)
+    if smoke:  # the float32 window pivot at the small model's size (under TRITON_INTERPRET=1)
+        pf.F32_WINDOW_MIN_VALUES = 1 << 14
     torch.manual_seed(0)
     model = LlamaModel(cfg).to(dev)
     linears = sparse_linears(model)
@@ -83,14 +86,29 @@ def main(smoke: bool) -> None:
     times = trainer.mask_times_ms[-steps:]
     print("  regeneration times (ms): " + " ".join(f"{t:.2f}" for t in times), flush=True)
     if masker._f32_window:
-        for _ in range(4):
+        for _ in range(2 if smoke else 4):
             trainer.step_async(tokens)
             ctl = masker.counts[CTL_AT:].tolist()
+            zeros = sum(int((lin.weight == 0).sum()) for lin in linears.values())
             print(
-                f"  step {trainer.step_index}: window {'MISSED' if ctl[MISSED] else 'hit'}, "
-                f"{ctl[N_COMPACT]} values in it ({100 * ctl[N_COMPACT] / n:.2f}%), rank in it {ctl[K_EFF]}",
+                f"  step {trainer.step_index}: window keys {ctl[LO]}..{ctl[HI] - 1} "
+                f"{'MISSED' if ctl[MISSED] else 'hit'}, {ctl[N_COMPACT]} nonzero values copied "
+                f"({100 * ctl[N_COMPACT] / n:.2f}%), rank in it {ctl[K_EFF]}; exact zeros {zeros} "
+                f"({100 * zeros / n:.2f}%), k {masker.k}",
                 flush=True,
             )
+        ws = [lin.weight.detach() for lin in linears.values()]
+        min_values, pf.F32_WINDOW_MIN_VALUES = pf.F32_WINDOW_MIN_VALUES, 1 << 62
+        radix = FlexMasker(ws, TBS(8), DENSITY, SEED)  # the four-pass radix pivot over every value
+        pf.F32_WINDOW_MIN_VALUES = min_values
+        a = [m.clone() for m in masker(check=False)]
+        r = radix(check=False)
+        same = all(torch.equal(x, y) for x, y in zip(a, r, strict=True)) and torch.equal(masker.state, radix.state)
+        print(f"  trained weights: window pivot vs radix pivot, masks and state {'equal' if same else 'DIFFER'}")
+        if cuda:
+            for name, m in (("window", masker), ("radix", radix)):
+                t = time_gpu(lambda m=m: m(check=False), graph=True)
+                print(f"  masker(check=False) with the {name} pivot: {t.ms:.2f} ms ({t.timer})", flush=True)
     weights = [lin.weight for lin in linears.values()]
 
     @torch.no_grad()
@@ -112,7 +130,7 @@ def main(smoke: bool) -> None:
     ]
     for name, fn in rows:
         fn()
-        host, event = host_and_device_ms(fn, cuda)
+        host, event = host_and_device_ms(fn, cuda, reps)
         print(f"{name:40s} host {host:8.2f} ms   events {event:8.2f} ms", flush=True)
     if cuda:
         t = time_gpu(lambda: masker(check=False), graph=True)

@@ -37,7 +37,7 @@ def _check_equal(ts: list[torch.Tensor], k: int, calls: int = 1, **kw: object) -
         assert counts[NONFINITE:COUNTS_LEN].tolist() == radix.counts[NONFINITE:].tolist()
         assert not counts[:HIST_LEN].any() and not counts[pf.SAMPLE_AT : pf.CTL_AT].any(), "bins not cleared"
         ctl = counts[pf.CTL_AT :]
-        assert not ctl[pf.ABOVE : pf.LO].any() and ctl[pf.SAMPLE_TICKET] == 0, "counters not cleared"
+        assert not ctl[pf.ABOVE : pf.LO].any() and ctl[pf.SAMPLE_TICKET] == ctl[pf.ZEROS] == 0, "counters not cleared"
         missed.append(int(ctl[pf.MISSED]))
     assert len(set(missed)) == 1
     return missed[0]
@@ -64,6 +64,22 @@ def test_hit_reads_only_the_window():
         assert _check_equal(ts, round(d * n), calls) == 0, d
     # a 16-key window; the compacting pass in smaller blocks, more programs, fewer warps
     assert _check_equal(ts, round(0.3 * n), window=16, count_block=1024, count_programs=64, count_warps=4) == 0
+
+
+def test_edge_of_exact_zeros_hits():
+    """A trainer's regime (its masks re-applied: the pruned half of the weights exact zeros, some
+    kept below the median and some pruned above it, +0 and -0): rank k just inside the kept values,
+    at the last kept one, and among the zeros. The window runs from key 0, counts the zeros
+    without copying them, holds rank k each time, and the result is exact."""
+    g = torch.Generator().manual_seed(7)
+    pruned = []
+    for i, s in enumerate(((128, 384), (96, 512))):
+        t = _representative(s, g)
+        keep = (t.abs() > t.abs().median()) ^ (torch.rand(s, generator=g) < 0.02)
+        pruned.append(torch.where(keep, t, torch.tensor(-0.0 if i else 0.0)))
+    nonzero = sum(int((t != 0).sum()) for t in pruned)
+    for k in (nonzero - 40, nonzero, nonzero + 1, nonzero + 40):
+        assert _check_equal(pruned, k) == 0, k
 
 
 def test_miss_reads_every_value():
