@@ -10,8 +10,8 @@ coarsely, so the 16-bit window pivot's idea carries over (``kernels.ops._pivot_t
    around the sample's rank k (1/32 of the values); where rank k lies at the edge of the exact
    zeros (a trainer that re-applies its masks prunes to exact zeros, so rank k sits between them
    and the smallest kept value: a fixed window missed there at every step,
-   results/tuning/h200_probe_train_step_masks_d27c9c7.txt) the window runs from key 0 to the end
-   of the exponent that holds a rank safely above k (``f32_window_keys``);
+   results/tuning/h200_probe_train_step_masks_d27c9c7.txt) the window runs from key 0 over the
+   smallest nonzero values, about 1/32 of them at most (``f32_window_keys``);
 2. one pass over every value (``_window_compact_kernel``) counts the values above the window, the
    non-finite ones and the zeros, and copies the nonzero magnitudes inside it into a buffer (1.55%
    of the values at initialisation, 0.28% in the trainer's regime: results/tuning/cpu_probe_f32_window_pivot.txt);
