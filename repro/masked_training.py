@@ -140,11 +140,12 @@ class MaskedTrainer:
 
     @torch.no_grad()
     def apply_masks(self) -> None:
-        """Zero the pruned weights (weight *= mask) of every sparse linear."""
+        """Zero the pruned weights (weight *= mask) of every sparse linear, in one foreach call: a
+        ``mul_`` a weight cost about 9 ms of host time for MAP-NEO 460M's 168 weights on an H200
+        (results/tuning/h200_probe_train_step_masks_5ede2dc.txt), more than the device's work."""
         if self.masks is None:
             return
-        for w, m in zip(self._weights(), self.masks, strict=True):
-            w.mul_(m)
+        torch._foreach_mul_(self._weights(), self.masks)
 
     @torch.no_grad()
     def regenerate(self) -> None:
@@ -157,8 +158,7 @@ class MaskedTrainer:
         else:
             t0 = time.perf_counter()
         masks = self._check_masks(self.mask_fn([w.detach() for w in weights]), weights)
-        for w, m in zip(weights, masks, strict=True):
-            w.mul_(m)
+        torch._foreach_mul_(weights, masks)  # as apply_masks
         if cuda:
             end.record()
             self._mask_events.append((start, end))
