@@ -343,14 +343,18 @@ def _heuristic_gap(ctx: RunContext, gen: torch.Generator) -> None:
 
 def _held_mask_fn(make):
     """A mask function for the trainer: one masker for the model's weights, built at the first
-    call (again if the weights are replaced); clones, since the trainer keeps each set."""
+    call (again if the weights are replaced). The trainer keeps each set of masks: FlexMasker
+    overwrites its masks at every call, so they are copied (one copy of its buffer); a baseline's
+    masker returns new tensors every call."""
     held: dict[str, object] = {}
 
     def fn(weights: list[torch.Tensor]) -> list[torch.Tensor]:
         key = [(w.data_ptr(), tuple(w.shape), w.dtype) for w in weights]
         if held.get("key") != key:
             held["masker"], held["key"] = make([w.detach() for w in weights]), key
-        return [m.clone() for m in held["masker"]()]
+        masker = held["masker"]
+        masks = masker()
+        return masker.copy_masks() if isinstance(masker, FlexMasker) else masks
 
     return fn
 

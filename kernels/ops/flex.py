@@ -626,6 +626,13 @@ class FlexMasker:
                 m.copy_(flex_mask_reference(w, self.pattern, self.density, "fast", self.seed, pivot, tie))
         return list(self.masks)
 
+    def copy_masks(self) -> list[torch.Tensor]:
+        """The current masks as new tensors, for a caller that keeps them past the next call (a
+        trainer comparing regenerations): one copy of the buffer that holds them all, viewed per
+        weight, where a copy a mask would cost a launch each."""
+        buf = self._mask_buffer.clone()
+        return [buf.as_strided(m.shape, m.stride(), m.storage_offset()) for m in self.masks]
+
     def pivot_and_tie(self) -> tuple[float, float]:
         """(pivot, tie share) of the last call, read from the device (a host sync); the share as
         float32 (what the mask kernels read; ``tie64`` holds it in float64)."""

@@ -225,6 +225,12 @@ def test_masker_tracks_in_place_updates_and_reseed():
     masker.reseed(77)
     want, _, _ = _expected(ws, TBS(4), 0.4, 77)
     assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True))
+    kept = masker.copy_masks()  # new tensors, equal now, untouched by the next call
+    assert all(torch.equal(a, b) and a.shape == b.shape for a, b in zip(kept, want, strict=True))
+    assert all(a.data_ptr() != b.data_ptr() for a, b in zip(kept, masker.masks, strict=True))
+    masker.reseed(78)
+    masker()
+    assert all(torch.equal(a, b) for a, b in zip(kept, want, strict=True))
 
 
 @pytest.mark.parametrize(
