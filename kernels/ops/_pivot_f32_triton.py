@@ -50,6 +50,7 @@ from kernels.ops._pivot_triton import (
 
 SAMPLE_AT = RADIX_COUNTS_LEN  # the sample's 384 bins, after the radix bins and NONFINITE, GT, EQ
 CTL_AT = SAMPLE_AT + HIST_LEN  # the control words below, relative to CTL_AT
+# HI must stay LO + 3: the sample's last program writes lo and hi through one pointer (_hist16_kernel)
 MISSED, K_EFF, BASE, N_COMPACT, ABOVE, COUNT, NONFINITE_SEEN, LO, SAMPLE_TICKET, ZEROS, HI, ZEROS_IN = range(12)
 F32_WINDOW_COUNTS_LEN = CTL_AT + 12
 F32_WINDOW_MIN_VALUES = 1 << 20  # below this the radix passes are cheap enough: no window

@@ -381,16 +381,14 @@ def f32_window_keys(sample_ptr, ks, WINDOW: tl.constexpr):
     # zeros and puts rank k at their edge), from key 0 to the end of the highest exponent below
     # which the sample holds at most n_s / 32 nonzero values (1/32 of the values: half the
     # buffer), so that the window holds both sides of that edge (its zeros counted, not copied)
-    bits, gt, eq = rank_in_hist(sample_ptr, ks, True)
-    lo = tl.minimum(tl.maximum(bits - (WINDOW // 2 - 1), 0), 0x8000 - WINDOW)
+    lo = window_lowest_key(sample_ptr, ks, WINDOW, True)
     hi = lo + WINDOW
     ar = tl.arange(0, 256)
     bins = tl.load(sample_ptr + ar, volatile=True)  # by exponent, from 0
-    nonzero = tl.sum(tl.where(ar > 0, bins, 0), 0)
     budget = tl.sum(bins, 0) // 32  # n_s // 32
     below = tl.cumsum(tl.where(ar > 0, bins, 0), 0)  # nonzero values of exponent <= e
     top = tl.max(tl.where(below <= budget, ar, 0), 0)
-    cliff = ks > nonzero - budget // 2
+    cliff = ks > tl.max(below, 0) - budget // 2  # below[255]: every nonzero value
     lo = tl.where(cliff, 0, lo)
     hi = tl.where(cliff, (top + 1) * 128, hi)
     return lo, hi
