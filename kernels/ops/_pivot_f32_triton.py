@@ -13,10 +13,10 @@ coarsely, so the 16-bit window pivot's idea carries over (``kernels.ops._pivot_t
    results/tuning/h200_probe_train_step_masks_d27c9c7.txt) the window runs from key 0 over the
    smallest nonzero values, about 1/32 of them at most (``f32_window_keys``);
 2. one pass over every value (``_window_compact_kernel``) counts the values above the window, the
-   non-finite ones and the zeros, and copies the nonzero magnitudes inside it into a buffer (1.55%
+   non-finite ones, and copies the nonzero magnitudes inside it into a buffer (1.55%
    of the values at initialisation, 0.28% in the trainer's regime: results/tuning/cpu_probe_f32_window_pivot.txt);
-   the zeros are counted, not copied (half the values at density 0.5), and the radix passes add
-   them to their bin 0;
+   the zeros are not copied (half the values at density 0.5): where the window starts at key 0
+   the hit kernel takes them as n - above - copied, and the radix passes add them to their bin 0;
 3. a one-program select (``_window_hit_kernel``) decides: where rank k falls in the window, the
    buffer fits and nothing is non-finite, the radix passes run over the buffer alone with rank
    k - #(above); else (a miss) over every value with rank k, as the radix select does today;
@@ -50,8 +50,9 @@ from kernels.ops._pivot_triton import (
 
 SAMPLE_AT = RADIX_COUNTS_LEN  # the sample's 384 bins, after the radix bins and NONFINITE, GT, EQ
 CTL_AT = SAMPLE_AT + HIST_LEN  # the control words below, relative to CTL_AT
-# HI must stay LO + 3: the sample's last program writes lo and hi through one pointer (_hist16_kernel)
-MISSED, K_EFF, BASE, N_COMPACT, ABOVE, COUNT, NONFINITE_SEEN, LO, SAMPLE_TICKET, ZEROS, HI, ZEROS_IN = range(12)
+# HI must stay LO + 3: the sample's last program writes lo and hi through one pointer (_hist16_kernel);
+# RESERVED is unused (the hit kernel derives the zeros) and keeps that gap
+MISSED, K_EFF, BASE, N_COMPACT, ABOVE, COUNT, NONFINITE_SEEN, LO, SAMPLE_TICKET, RESERVED, HI, ZEROS_IN = range(12)
 F32_WINDOW_COUNTS_LEN = CTL_AT + 12
 F32_WINDOW_MIN_VALUES = 1 << 20  # below this the radix passes are cheap enough: no window
 
@@ -84,14 +85,14 @@ def _window_compact_kernel(
     # lo .. hi - 1 (at ctl_ptr + LO, + HI). Each block's nonzero magnitudes inside the window go
     # to out_ptr at an offset taken by one atomic a block (ctl_ptr + COUNT: every one, also past
     # cap); #(key above the window), #(non-finite) and #(|w| == 0) add to ctl_ptr + ABOVE,
-    # + NONFINITE_SEEN, + ZEROS.
+    # + NONFINITE_SEEN (the zeros are not counted: where the window starts at key 0 every value is
+    # above it, copied or zero, so _window_hit_kernel takes them as n - above - copied).
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
     lo = tl.load(ctl_ptr + 7).to(tl.int32)  # LO
     hi = tl.load(ctl_ptr + 10).to(tl.int32)  # HI
     above = tl.zeros([BLOCK], dtype=tl.int32)
     nonfinite = tl.zeros([BLOCK], dtype=tl.int32)
-    zeros = tl.zeros([BLOCK], dtype=tl.int32)
     r = tl.arange(0, BLOCK)
     for i in range(iters):
         g = i * nprog + pid  # global block
@@ -104,7 +105,6 @@ def _window_compact_kernel(
         key = v >> 16
         above += (m & (key >= hi)).to(tl.int32)
         nonfinite += (v >= 0x7F800000).to(tl.int32)  # padding reads 0
-        zeros += (m & (v == 0)).to(tl.int32)
         keep = m & (key >= lo) & (key < hi) & (v != 0)
         kk = keep.to(tl.int32)
         total = tl.sum(kk, 0)
@@ -114,11 +114,10 @@ def _window_compact_kernel(
             tl.store(out_ptr + at, v, mask=keep & (at < cap))
     tl.atomic_add(ctl_ptr + 4, tl.sum(above, 0).to(tl.int64))  # ABOVE
     tl.atomic_add(ctl_ptr + 6, tl.sum(nonfinite, 0).to(tl.int64))  # NONFINITE_SEEN
-    tl.atomic_add(ctl_ptr + 9, tl.sum(zeros, 0).to(tl.int64))  # ZEROS
 
 
 @triton.jit
-def _window_hit_kernel(ctl_ptr, k, cap):
+def _window_hit_kernel(ctl_ptr, k, cap, n):
     # one program: hit where rank k is inside the window (its nonzero values, and its zeros where
     # it starts at key 0), the buffer held it and nothing is non-finite; writes MISSED, K_EFF,
     # BASE, N_COMPACT, ZEROS_IN (the zeros the radix passes add to their bin 0) and clears the
@@ -126,7 +125,7 @@ def _window_hit_kernel(ctl_ptr, k, cap):
     above = tl.load(ctl_ptr + 4)
     count = tl.load(ctl_ptr + 5)
     nonfinite = tl.load(ctl_ptr + 6)
-    zeros = tl.where(tl.load(ctl_ptr + 7) == 0, tl.load(ctl_ptr + 9), 0)
+    zeros = tl.where(tl.load(ctl_ptr + 7) == 0, n - above - count, 0)  # LO == 0: no value below the window
     hit = (above < k) & (k <= above + count + zeros) & (count <= cap) & (nonfinite == 0)
     tl.store(ctl_ptr + 0, tl.where(hit, 0, 1).to(tl.int64))
     tl.store(ctl_ptr + 1, tl.where(hit, k - above, k).to(tl.int64))
@@ -136,7 +135,6 @@ def _window_hit_kernel(ctl_ptr, k, cap):
     tl.store(ctl_ptr + 4, tl.zeros([], dtype=tl.int64))
     tl.store(ctl_ptr + 5, tl.zeros([], dtype=tl.int64))
     tl.store(ctl_ptr + 6, tl.zeros([], dtype=tl.int64))
-    tl.store(ctl_ptr + 9, tl.zeros([], dtype=tl.int64))
 
 
 def f32_window_pivot_launches(
@@ -193,7 +191,7 @@ def f32_window_pivot_launches(
         slots, programs, iters = tensor_slots(g, programs=grid, block=count_block)
         args = (*slots, ctl, buf, cap, iters, count_block)
         out.append((_window_compact_kernel, (programs,), args, count_warps))
-    out.append((_window_hit_kernel, (1,), (ctl, k, cap), 1))
+    out.append((_window_hit_kernel, (1,), (ctl, k, cap, n), 1))
     for p in range(1, PASSES + 1):  # over the buffer where the window hit, else over every value
         out.append(radix_guarded_launch([compact[:cap]], counts, ctl, p, 2))
         out += [radix_guarded_launch(g, counts, ctl, p, 1) for g in fgroups]
