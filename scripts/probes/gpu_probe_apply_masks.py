@@ -1,9 +1,9 @@
 """Probe (not a suite): the trainer's mask re-application, a ``mul_`` a weight against one
 ``torch._foreach_mul_`` (ef68a52), and the training step around it.
 
-figure3's training-step rows at 0988606 (H200) ran 5-6 ms a step slower than at 491bf07 for every
-method at every = 10 (steps without regeneration: only the per-step re-application changed between
-them). This times, in one process on MAP-NEO 460M's 168 float32 weights with bool masks:
+figure3's training-step rows at 0988606 (H200, means over 20 steps, 2 regenerations at every = 10)
+ran 4-5% slower than at 491bf07 for every method at every = 10, where ef68a52 had changed the
+per-step re-application. This times, in one process on MAP-NEO 460M's 168 float32 weights with bool masks:
 - the two forms alone (host time of a call, CUDA events; and CUDA-graph replay, device only);
 - ``MaskedTrainer`` steps (every = 10, a cheap per-tensor mask function) with each form of
   ``apply_masks`` and with none, in alternating rounds (``time_training_steps``' median: a step without
