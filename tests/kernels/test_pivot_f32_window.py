@@ -82,6 +82,20 @@ def test_edge_of_exact_zeros_hits():
         assert _check_equal(pruned, k) == 0, k
 
 
+def test_edge_of_exact_zeros_over_two_launches():
+    """More tensors than one launch takes (two compacting launches, one hit kernel): the zeros the
+    hit kernel derives (n - above - copied) span both launches' tensors, and the result is exact."""
+    g = torch.Generator().manual_seed(11)
+    pruned = []
+    for _ in range(pf.MAX_TENSORS + 2):
+        t = _representative((32, 256), g)
+        keep = (t.abs() > t.abs().median()) ^ (torch.rand(t.shape, generator=g) < 0.02)
+        pruned.append(torch.where(keep, t, torch.tensor(0.0)))
+    nonzero = sum(int((t != 0).sum()) for t in pruned)
+    for k in (nonzero - 20, nonzero, nonzero + 20):
+        assert _check_equal(pruned, k) == 0, k
+
+
 def test_miss_reads_every_value():
     """A sample unlike the rest (large values exactly where the sample reads): the window misses,
     the radix passes read every value, and the result is still exact."""
