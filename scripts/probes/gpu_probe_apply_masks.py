@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -27,23 +26,8 @@ from repro.masked_training import MaskedTrainer, time_training_steps  # noqa: E4
 from repro.models.llama import CONFIGS, LlamaConfig, LlamaModel, sparse_linears  # noqa: E402
 from repro.timing import time_gpu  # noqa: E402
 
-
-def host_and_event_ms(fn, cuda: bool, reps: int) -> tuple[float, float]:
-    """Median host time of one call (synchronised before and after) and median event time."""
-    host, dev = [], []
-    for _ in range(reps):
-        if cuda:
-            torch.cuda.synchronize()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-        t0 = time.perf_counter()
-        fn()
-        host.append((time.perf_counter() - t0) * 1e3)
-        if cuda:
-            e.record()
-            torch.cuda.synchronize()
-            dev.append(s.elapsed_time(e))
-    return statistics.median(host), statistics.median(dev) if dev else float("nan")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_probe_train_step_masks import host_and_device_ms  # noqa: E402
 
 
 def main(smoke: bool) -> None:
@@ -77,7 +61,7 @@ def main(smoke: bool) -> None:
     forms = {"mul_ a weight": loop, "one _foreach_mul_": foreach}
     for name, fn in forms.items():
         fn()
-        host, event = host_and_event_ms(fn, cuda, reps)
+        host, event = host_and_device_ms(fn, cuda, reps)
         line = f"{name:20s} host {host:7.2f} ms   events {event:7.2f} ms"
         if cuda:
             t = time_gpu(fn, graph=True)
