@@ -84,7 +84,7 @@ def _window_compact_kernel(
     # xi: int32 views of float32 tensors. Key = the top 16 bits of |w|; the window holds keys
     # lo .. hi - 1 (at ctl_ptr + LO, + HI). Each block's nonzero magnitudes inside the window go
     # to out_ptr at an offset taken by one atomic a block (ctl_ptr + COUNT: every one, also past
-    # cap); #(key above the window), #(non-finite) and #(|w| == 0) add to ctl_ptr + ABOVE,
+    # cap); #(key above the window) and #(non-finite) add to ctl_ptr + ABOVE and
     # + NONFINITE_SEEN (the zeros are not counted: where the window starts at key 0 every value is
     # above it, copied or zero, so _window_hit_kernel takes them as n - above - copied).
     pid = tl.program_id(0).to(tl.int64)
