@@ -341,29 +341,43 @@ def _heuristic_gap(ctx: RunContext, gen: torch.Generator) -> None:
             )
 
 
-def _held_mask_fn(make):
+class _HeldMaskFn:
     """A mask function for the trainer: one masker for the model's weights, built at the first
-    call (again if the weights are replaced). The trainer keeps each set of masks: FlexMasker
-    overwrites its masks at every call, so they are copied (one copy of its buffer); a baseline's
-    masker returns new tensors every call."""
-    held: dict[str, object] = {}
+    call (again if the weights are replaced). The trainer copies the masks into its own buffers,
+    so FlexMasker's buffer is returned as it is (no copy). FlexMasker runs without its
+    per-call check (``check=False``: reading its non-finite count is a host sync at every
+    regeneration, which the baselines' maskers do not make); its counts are kept on the device and
+    read once, after the timed steps, by :meth:`check_finite`."""
 
-    def fn(weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    def __init__(self, make) -> None:
+        self.make, self.masker, self.key = make, None, None
+        self.nonfinite: torch.Tensor | None = None  # FlexMasker's counts, summed on the device
+
+    def __call__(self, weights: list[torch.Tensor]) -> list[torch.Tensor]:
         key = [(w.data_ptr(), tuple(w.shape), w.dtype) for w in weights]
-        if held.get("key") != key:
-            held["masker"], held["key"] = make([w.detach() for w in weights]), key
-        masker = held["masker"]
-        masks = masker()
-        return masker.copy_masks() if isinstance(masker, FlexMasker) else masks
+        if self.key != key:
+            self.masker, self.key = self.make([w.detach() for w in weights]), key
+        if isinstance(self.masker, FlexMasker):
+            masks = self.masker(check=False)
+            seen = self.masker.nonfinite
+            self.nonfinite = seen.clone() if self.nonfinite is None else self.nonfinite.add_(seen)
+            return masks
+        return self.masker()
 
-    return fn
+    def check_finite(self) -> None:
+        """Raise ValueError if any call saw a NaN or Inf weight (FlexMasker counts them)."""
+        seen, self.nonfinite = self.nonfinite, None
+        if seen is not None and int(seen) != 0:
+            raise ValueError("a masker call saw non-finite weights (NaN or Inf)")
 
 
-def _trainer_mask_fn(pattern, method: str, device: torch.device):
+def trainer_mask_fn(pattern, method: str, device: torch.device) -> _HeldMaskFn:
+    """figure3's training-step mask function for ``method``: FAST's FlexMasker, or the baseline's
+    masker (compiled on a GPU), one for the model's weights."""
     if method == "fast":
-        return _held_mask_fn(lambda ws: FlexMasker(ws, pattern, DENSITY, SEED))
+        return _HeldMaskFn(lambda ws: FlexMasker(ws, pattern, DENSITY, SEED))
     compiled = device.type == "cuda"  # the strongest form of the baseline on a GPU
-    return _held_mask_fn(lambda ws: TorchFlexMasker(ws, pattern, DENSITY, method, compile=compiled))
+    return _HeldMaskFn(lambda ws: TorchFlexMasker(ws, pattern, DENSITY, method, compile=compiled))
 
 
 def _training_steps(ctx: RunContext) -> None:
@@ -387,7 +401,7 @@ def _training_steps(ctx: RunContext) -> None:
             model = LlamaModel(cfg).to(ctx.device)
             linears = sparse_linears(model)
 
-            mask_fn = _trainer_mask_fn(pattern, method, ctx.device)
+            mask_fn = trainer_mask_fn(pattern, method, ctx.device)
             # the masker is built at the first step, where a compiled baseline compiles (its
             # first run of fp32 weights): the step lines below say how long that took
             ctx.log(f"  train step {method:>6s} every {every:2d}: {batch}x{cfg.seq_len} tokens, {warmup}+{steps} steps")
@@ -396,6 +410,7 @@ def _training_steps(ctx: RunContext) -> None:
             trainer = MaskedTrainer(model, linears, mask_fn, every, opt)
             tokens = torch.randint(0, cfg.vocab, (batch, cfg.seq_len), device=ctx.device)
             stats = time_training_steps(trainer, tokens, steps=steps, warmup=warmup, progress_every=1)
+            mask_fn.check_finite()  # FlexMasker's non-finite counts, read once after the timed steps
             ctx.check(stats["loss_last"] == stats["loss_last"], f"training step {method} every {every}: NaN loss")
             add = partial(
                 ctx.results.add,
@@ -488,7 +503,7 @@ a block: kept out of the means and the plot)."""
 def _training_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Per regeneration interval: each method's mask time and step time per training step (fp32
     master weights, bf16 autocast), and FAST's ratios on each; the baselines are their compiled
-    form on a GPU (``_trainer_mask_fn``)."""
+    form on a GPU (``trainer_mask_fn``)."""
     rows = []
     steps = df[df["metric"].isin(["step_time", "mask_time_per_step"])]
     for (model, variant), part in steps.groupby(["shape", "variant"], sort=False):

@@ -97,6 +97,41 @@ def test_flip_rate_counts_changed_entries():
     assert len(rates) == 3 and all(0.0 < r < 0.5 for r in rates), rates
 
 
+def test_flip_rate_with_a_mask_fn_that_reuses_its_outputs():
+    """A mask function may overwrite the tensors it returned before (FAST's FlexMasker does): the
+    trainer copies the masks into its own buffers, so flip rates and the applied masks stay right."""
+    held: list[torch.Tensor] = []
+    state = {"i": 0}
+
+    def reusing(weights):
+        if not held:
+            held.extend(torch.empty(w.shape, dtype=torch.bool) for w in weights)
+        state["i"] += 1
+        for m in held:  # complementary masks on alternate calls, written into the same tensors
+            m.view(-1).zero_()
+            m.view(-1)[state["i"] % 2 :: 2] = True
+        return list(held)
+
+    trainer, tokens = make(every=1, mask_fn=reusing)
+    for _ in range(3):
+        trainer.step(tokens)
+        for m, h, lin in zip(trainer.masks, held, trainer.linears.values(), strict=True):
+            assert torch.equal(m, h) and m.data_ptr() != h.data_ptr()  # a copy, in the trainer's buffer
+            assert (lin.weight[~m] == 0).all()
+    assert trainer.flip_rates == [1.0, 1.0]
+
+
+def test_flip_rate_equals_per_mask_count():
+    """The one compare of the two flat buffers counts what a compare a mask counts."""
+    fn = Counting(noise=0.05)
+    trainer, tokens = make(every=1, mask_fn=fn)
+    trainer.step(tokens)
+    before = [m.clone() for m in trainer.masks]
+    trainer.step(tokens)
+    changed = sum(int((a != b).sum()) for a, b in zip(before, trainer.masks, strict=True))
+    assert trainer.flip_rates == [changed / sum(m.numel() for m in before)]
+
+
 def test_manual_regenerate():
     trainer, _ = make(every=2)
     assert trainer.masks is None
