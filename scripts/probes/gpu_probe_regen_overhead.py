@@ -12,9 +12,12 @@ in alternating rounds in one process (``time_training_steps``, CUDA events per s
 - ``no sync``: the same trainer, the masker called with ``check=False``;
 - ``after``: ``MaskedTrainer`` and figure3's ``trainer_mask_fn`` as they are now;
 - ``no regen``: the step alone (masks made once, re-applied after every step).
-Flip counts of ``before`` and ``after`` are compared on the same weights.
+Flip counts of ``before`` and ``after`` are compared on the same weights. ``--method torch`` or
+``vegeta``: the baseline's compiled masker under the trainer before and after (its mask function
+did not change), to see whether the trainer moved the baselines' training-step masks.
 
     python3 scripts/probes/gpu_probe_regen_overhead.py                         # one GPU
+    python3 scripts/probes/gpu_probe_regen_overhead.py --method vegeta         # a compiled baseline
     TRITON_INTERPRET=1 python3 scripts/probes/gpu_probe_regen_overhead.py --smoke  # CPU, a small model
 """
 
@@ -75,7 +78,7 @@ def mask_fn_before(pattern, check: bool):
     return fn
 
 
-def main(smoke: bool) -> None:
+def main(smoke: bool, method: str) -> None:
     dev = torch.device("cpu" if smoke else "cuda")
     cuda = dev.type == "cuda"
     small = LlamaConfig(hidden=64, ffn=128, layers=2, heads=4, vocab=256, seq_len=32)
@@ -91,12 +94,21 @@ def main(smoke: bool) -> None:
     gpu = torch.cuda.get_device_name() if cuda else "cpu"
     print(f"{len(linears)} weights, {n / 1e6:.1f}M values, {gpu}, torch {torch.__version__}; "
           f"{batch}x{cfg.seq_len} tokens, {pattern.name}, {steps} timed steps a round", flush=True)  # fmt: skip
-    variants = {
-        "before": lambda: TrainerBefore(model, linears, mask_fn_before(pattern, True), 1, opt),
-        "no sync": lambda: TrainerBefore(model, linears, mask_fn_before(pattern, False), 1, opt),
-        "after": lambda: MaskedTrainer(model, linears, trainer_mask_fn(pattern, "fast", dev), 1, opt),
-        "no regen": lambda: MaskedTrainer(model, linears, mask_fn_before(pattern, False), 10**9, opt),
-    }
+    if method == "fast":
+        variants = {
+            "before": lambda: TrainerBefore(model, linears, mask_fn_before(pattern, True), 1, opt),
+            "no sync": lambda: TrainerBefore(model, linears, mask_fn_before(pattern, False), 1, opt),
+            "after": lambda: MaskedTrainer(model, linears, trainer_mask_fn(pattern, "fast", dev), 1, opt),
+            "no regen": lambda: MaskedTrainer(model, linears, mask_fn_before(pattern, False), 10**9, opt),
+        }
+    else:  # a baseline's masker (compiled on a GPU), built once and shared: its mask function is unchanged
+        shared = trainer_mask_fn(pattern, method, dev)
+        print(f"method {method}: the same mask function under the trainer before and after", flush=True)
+        variants = {
+            "before": lambda: TrainerBefore(model, linears, shared, 1, opt),
+            "after": lambda: MaskedTrainer(model, linears, shared, 1, opt),
+            "no regen": lambda: MaskedTrainer(model, linears, shared, 10**9, opt),
+        }
     seen: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
     for r in range(rounds):
         for name, make in variants.items():
@@ -129,4 +141,5 @@ def main(smoke: bool) -> None:
 
 
 if __name__ == "__main__":
-    main("--smoke" in sys.argv)
+    args = sys.argv[1:]
+    main("--smoke" in args, args[args.index("--method") + 1] if "--method" in args else "fast")
