@@ -22,6 +22,16 @@ sweep-starts (one sweep on one start; today 4):
      as it kept; session 31)                                                              1
   L5s1 the best of 5 Latin-square starts (wrapped diagonals, anti-diagonals, XOR, and the
      diagonals of slopes 3 and 5, each its n best symbols), then 1 sweep (session 31)       1
+  RM2 each row's n largest of |w| minus its column's mean, made regular by greedy moves (the
+     most over-full column gives its cheapest kept entry to a column short of n: |w| lost
+     least), and the same on the transpose, the better of the two (session 41)        0
+  RM2b RM2 with a cheaper move: the most over-full column gives to the most under-full one, the
+     row that loses least (8 candidates a move, not 64; session 41)                   0
+  RG2s1 each row's n largest |w|, made regular by the globally cheapest move each time, on the
+     tile and its transpose, the better, then 1 sweep (session 41)                    1
+The two repairs (RM2, RG2s1) need about 3-9 moves a tile at x = 8 (more with row and column scales);
+a move searches 8 (RM2b), up to 64 (RM2) or 512 (RG2s1) candidates over entries a thread holds in registers,
+where a column picked at run time costs a select over the row's x values.
 A quadrant structure costs about what TBS(4)'s searches cost on 64 values for every a (about
 35 instructions a value; Q4 four times that), against about 3 for a permutation start; Q and Q4
 are not in sweep-start units.
@@ -136,8 +146,62 @@ def _latin_start(t: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return best
 
 
+def _row_top(score: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.zeros_like(score, dtype=torch.bool).scatter_(2, score.topk(n, dim=2).indices, True)
+
+
+def _repair(t: torch.Tensor, layout: torch.Tensor, n: int, moves: str) -> torch.Tensor:
+    """Row-regular ``layout`` made column-regular by moves that keep every row count: a row gives up
+    a kept entry in a column over n for one in a column under n, the move that loses the least |w|
+    among all such moves ("all"), from the most over-full column ("over"), or from the most
+    over-full to the most under-full column ("over-under")."""
+    lay, tiles, x = layout.clone(), t.shape[0], t.shape[-1]
+    ar = torch.arange(tiles)
+    for _ in range(x * x):
+        c = lay.sum(1)
+        over, under = c > n, c < n
+        act = over.any(1)
+        if not act.any():
+            return lay
+        if moves == "all":  # cost[t, r, a, b] = t[r, a] - t[r, b]
+            ok = lay[..., None] & ~lay[:, :, None, :] & over[:, None, :, None] & under[:, None, None, :]
+            cost = (t[..., None] - t[:, :, None, :]).masked_fill(~ok, torch.inf).reshape(tiles, -1)
+            best = cost.argmin(1)
+            r, a, b = best // (x * x), (best // x) % x, best % x
+        elif moves == "over-under":
+            a, b = torch.where(over, c, -1).argmax(1), torch.where(under, c, x + 1).argmin(1)
+            ok = lay[ar, :, a] & ~lay[ar, :, b]
+            r = (t[ar, :, a] - t[ar, :, b]).masked_fill(~ok, torch.inf).argmin(1)
+        else:
+            a = torch.where(over, c, -1).argmax(1)
+            col = t[ar, :, a]
+            ok = lay[ar, :, a][:, :, None] & ~lay & under[:, None, :]
+            best = (col[:, :, None] - t).masked_fill(~ok, torch.inf).reshape(tiles, -1).argmin(1)
+            r, b = best // x, best % x
+        lay[ar[act], r[act], a[act]] = False
+        lay[ar[act], r[act], b[act]] = True
+    raise AssertionError("the repair did not end")
+
+
+def _repaired(t: torch.Tensor, n: int, centred: bool, moves: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The better of the repair on the tile and on its transpose."""
+    out = []
+    for u in (t, t.transpose(1, 2)):
+        score = u - u.mean(1, keepdim=True) if centred else u
+        out.append(_repair(u, _row_top(score, n), n, moves))
+    out[1] = out[1].transpose(1, 2)
+    return _better((out[0], (t * out[0]).sum((1, 2))), (out[1], (t * out[1]).sum((1, 2))))
+
+
 def variant(name: str, t: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     t = t.float()
+    if name in ("RM2", "RM2b"):
+        return _repaired(t, int(n[0]), True, "over" if name == "RM2" else "over-under")[0]
+    if name == "RG2s1":
+        layout, total = _repaired(t, int(n[0]), False, "all")
+        layout = layout.clone()
+        _swap_sweeps(t, layout, total.clone(), 1)
+        return layout
     if name.startswith("Q"):
         layout, total = _quadrant_start(t, int(n[0]), 4 if name.startswith("Q4") else 1)
         if name.endswith("s1"):
@@ -176,7 +240,7 @@ def variant(name: str, t: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
 
 
 WORK = {"A": 4, "B": 2, "C": 3, "D": 2, "E": 2, "F": 3, "G": 1, "H": 1, "Q": 0, "Q4": 0, "Qs1": 1, "Q4s1": 1}
-WORK |= {"R1": 1, "L5s1": 1}
+WORK |= {"R1": 1, "L5s1": 1, "RM2": 0, "RM2b": 0, "RG2s1": 1}
 
 
 def main() -> None:
