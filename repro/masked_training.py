@@ -162,29 +162,36 @@ class MaskedTrainer:
         else:
             t0 = time.perf_counter()
         masks = self._check_masks(self.mask_fn([w.detach() for w in weights]), weights)
-        if not self._buffers:
-            self._buffers = [torch.empty(self._numel, dtype=torch.bool, device=self.device) for _ in range(2)]
-        new, old = self._buffers if self.masks is None else self._buffers[::-1]  # old holds self.masks
-        torch.cat([m.reshape(-1) for m in masks], out=new)
-        views = self._views(new)
-        torch._foreach_mul_(weights, views)  # as apply_masks
+        kept = self._keep(masks)
+        torch._foreach_mul_(weights, kept)  # as apply_masks
         if cuda:
             end.record()
             self._mask_events.append((start, end))
         else:
             self._mask_times_ms.append((time.perf_counter() - t0) * 1e3)
         if self.masks is not None:
-            self._flip_counts.append(torch.count_nonzero(new != old))
-        self._buffers = [new, old]  # the current masks first
-        self.masks = views
+            self._flip_counts.append(self._count_flips(self.masks, kept))
+        self.masks = kept
         self.regeneration_steps.append(self.step_index)
 
-    def _views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+    def _keep(self, masks: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The trainer's own copy of ``masks``: one ``torch.cat`` into the flat buffer that does not
+        hold the current masks, viewed per weight."""
+        if not self._buffers:
+            self._buffers = [torch.empty(self._numel, dtype=torch.bool, device=self.device) for _ in range(2)]
+        self._buffers.reverse()  # the spare buffer becomes the current one
+        flat = self._buffers[0]
+        torch.cat([m.reshape(-1) for m in masks], out=flat)
         out, at = [], 0
-        for w in self._weights():
-            out.append(flat[at : at + w.numel()].view(w.shape))
-            at += w.numel()
+        for m in masks:
+            out.append(flat[at : at + m.numel()].view(m.shape))
+            at += m.numel()
         return out
+
+    def _count_flips(self, old: list[torch.Tensor], new: list[torch.Tensor]) -> torch.Tensor:
+        """Mask entries that changed from ``old`` to ``new`` (views of the two flat buffers): one
+        compare of the buffers, a device scalar."""
+        return torch.count_nonzero(self._buffers[0] != self._buffers[1])
 
     @property
     def flip_rates(self) -> list[float]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -38,30 +37,14 @@ from suites.figure3 import DENSITY, SEED, trainer_mask_fn  # noqa: E402
 
 
 class TrainerBefore(MaskedTrainer):
-    """``MaskedTrainer.regenerate`` as it was at 0988606: keeps the returned masks, counts the flips
+    """``MaskedTrainer`` as it was at 0988606: keeps the returned masks themselves, counts the flips
     with a compare and a sum a mask."""
 
-    @torch.no_grad()
-    def regenerate(self) -> None:
-        weights = self._weights()
-        cuda = self.device.type == "cuda"
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-        else:
-            t0 = time.perf_counter()
-        masks = self._check_masks(self.mask_fn([w.detach() for w in weights]), weights)
-        torch._foreach_mul_(weights, masks)
-        if cuda:
-            end.record()
-            self._mask_events.append((start, end))
-        else:
-            self._mask_times_ms.append((time.perf_counter() - t0) * 1e3)
-        if self.masks is not None:
-            changed = torch.stack([(a != b).sum() for a, b in zip(self.masks, masks, strict=True)]).sum()
-            self._flip_counts.append(changed)
-        self.masks = masks
-        self.regeneration_steps.append(self.step_index)
+    def _keep(self, masks: list[torch.Tensor]) -> list[torch.Tensor]:
+        return list(masks)
+
+    def _count_flips(self, old: list[torch.Tensor], new: list[torch.Tensor]) -> torch.Tensor:
+        return torch.stack([(a != b).sum() for a, b in zip(old, new, strict=True)]).sum()
 
 
 def mask_fn_before(pattern, check: bool):
