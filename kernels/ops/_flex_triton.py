@@ -155,30 +155,22 @@ def _swap_round(t, k, total, hh, r: tl.constexpr, X: tl.constexpr):
 def _flex_tbs_kernel(
     w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m,
     X: tl.constexpr, TC: tl.constexpr, SWEEPS: tl.constexpr, PIVOT_PTR: tl.constexpr = False,
-    PDL: tl.constexpr = 0,
+    PDL: tl.constexpr = 0, SPLIT: tl.constexpr = False,
 ):  # fmt: skip
-    """TBS(X) for X = 8, 16 on one weight: program (tile row, block of TC tiles); ``_tbs_tiles``.
-    ``PIVOT_PTR``: ``pivot`` points at the device state (pivot, tie share), ``tie`` is unused;
-    ``PDL``: a chained launch (``_chain_triton``)."""
+    """TBS(X) for X = 8, 16 on one weight: program (tile row, block of TC tiles); ``_tbs_tiles``
+    (``_tbs8_split_tiles`` at X = 8 with ``SPLIT``: the same masks). ``PIVOT_PTR``: ``pivot``
+    points at the device state (pivot, tie share), ``tie`` is unused; ``PDL``: a chained launch
+    (``_chain_triton``)."""
     chain_prologue(PDL)
     if PIVOT_PTR:
         tie = tl.load(pivot + 1)
         pivot = tl.load(pivot)
-    _tbs_tiles(
-        w_ptr,
-        m_ptr,
-        pivot,
-        tie,
-        seed,
-        n_tile_cols,
-        stride_w,
-        stride_m,
-        tl.program_id(0),
-        tl.program_id(1),
-        X,
-        TC,
-        SWEEPS,
-    )
+    tr = tl.program_id(0)
+    pid1 = tl.program_id(1)
+    if SPLIT:
+        _tbs8_split_tiles(w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, tr, pid1, TC, SWEEPS)
+    else:
+        _tbs_tiles(w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, tr, pid1, X, TC, SWEEPS)
 
 
 @triton.jit(do_not_specialize=["seed"])
@@ -187,7 +179,7 @@ def _flex_tbs_multi_kernel(
     x1, x2, x3, x4, x5, x6, x7,
     s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7,
     X: tl.constexpr, TC: tl.constexpr, SWEEPS: tl.constexpr, PIVOT_PTR: tl.constexpr = False,
-    PDL: tl.constexpr = 0,
+    PDL: tl.constexpr = 0, SPLIT: tl.constexpr = False,
 ):  # fmt: skip
     """``_flex_tbs_kernel`` over up to 8 weights in one 1-D launch (``_multi_triton``)."""
     chain_prologue(PDL)
@@ -198,7 +190,10 @@ def _flex_tbs_multi_kernel(
         w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr,
         s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7, X, TC,
     )  # fmt: skip
-    _tbs_tiles(w, m, pivot, tie, seed, n_tile_cols, stride, stride, tr, pid1, X, TC, SWEEPS)
+    if SPLIT:
+        _tbs8_split_tiles(w, m, pivot, tie, seed, n_tile_cols, stride, stride, tr, pid1, TC, SWEEPS)
+    else:
+        _tbs_tiles(w, m, pivot, tie, seed, n_tile_cols, stride, stride, tr, pid1, X, TC, SWEEPS)
 
 
 @triton.jit
@@ -243,7 +238,8 @@ def _tbs_tiles(
     n = (lo + ((u * X) < (c - X * lo)).to(tl.float32)).to(tl.int32)
     kd, total_d = _permutation_start(t, n, hh, X, False)
     ka, total_a = _permutation_start(t, n, hh, X, True)
-    for _ in range(SWEEPS):
+    for it in range(SWEEPS):
+        t = _pinned(t, (n_tile_cols + it) >> 31)  # n_tile_cols + it < 2^31: a zero
         for r in tl.static_range(1, X):
             kd, total_d = _swap_round(t, kd, total_d, hh, r, X)
             ka, total_a = _swap_round(t, ka, total_a, hh, r, X)
@@ -254,6 +250,132 @@ def _tbs_tiles(
     for i in range(X):  # one store op, as for the loads
         y = tl.reshape((keep[0][:, :, None] >> tl.arange(0, 8)[None, None, :]) & 1, (TC * H, 8)).to(tl.int8)
         tl.store(m_ptr + (row0 + i) * stride_m + col, y, mask=inb)
+        keep = keep[1:] + (keep[0],)
+
+
+@triton.jit
+def _pinned(t, z):
+    """The tile ``t`` with every value OR-ed bitwise with ``z``, a zero the compiler cannot see:
+    the same values, but new ones each sweep, so the row pairs' differences are not hoisted out
+    of (or shared between) the sweeps; hoisted, they hold 28 x 8 registers and the kernel spills."""
+    out = ()
+    for i in tl.static_range(len(t)):
+        row = ()
+        for j in tl.static_range(len(t[i])):
+            row = row + ((t[i][j].to(tl.int32, bitcast=True) | z).to(tl.float32, bitcast=True),)
+        out = out + (row,)
+    return out
+
+
+@triton.jit
+def _split_start(t, n, anti):
+    """``_permutation_start`` at X = 8 for both families at once: lane ``anti`` ([1, 2], the start
+    axis) takes the anti-diagonals, the other the wrapped diagonals. Rows [TC, 2] and sums [TC, 2]."""
+    score = ()
+    for s in tl.static_range(8):
+        acc = tl.zeros_like(t[0][0])
+        for i in tl.static_range(8):
+            acc = acc + tl.where(anti, t[i][(s - i) % 8], t[i][(i + s) % 8])
+        score = score + (acc,)
+    rank = ()
+    for _s in tl.static_range(8):
+        rank = rank + (tl.zeros_like(n),)
+    for s in tl.static_range(8):
+        for q in tl.static_range(s + 1, 8):
+            beats = (score[q] > score[s]).to(tl.int32)
+            rank = _set(rank, s, rank[s] + beats)
+            rank = _set(rank, q, rank[q] + 1 - beats)
+    kept = tl.zeros_like(n)
+    total = tl.zeros_like(score[0])
+    for s in tl.static_range(8):
+        keep = rank[s] < n
+        kept = kept | (keep.to(tl.int32) << s)
+        total = total + tl.where(keep, score[s], 0.0)
+    rows = ()
+    for i in tl.static_range(8):
+        diag = ((kept << i) | (kept >> (8 - i))) & 255
+        anti_bits = ((kept << ((8 - i) % 8)) | (kept >> (8 - (8 - i) % 8))) & 255
+        rows = rows + (tl.where(anti, anti_bits, diag),)
+    return rows, total
+
+
+@triton.jit
+def _split_swap_round(t, k, total, r: tl.constexpr):
+    """``_swap_round`` at X = 8 on one lane's start (no lane holds another column group)."""
+    for i in tl.static_range(8):
+        if i < (i ^ r):
+            a = k[i] & ~k[i ^ r]
+            b = k[i ^ r] & ~k[i]
+            hi = tl.full(a.shape, float("-inf"), tl.float32)
+            lo = tl.full(a.shape, float("inf"), tl.float32)
+            ja = tl.zeros_like(a)
+            jb = tl.zeros_like(a)
+            for j in tl.static_range(8):
+                d = t[i ^ r][j] - t[i][j]
+                ta = ((a & (1 << j)) != 0) & (d > hi)
+                hi = tl.where(ta, d, hi)
+                ja = tl.where(ta, j, ja)
+                tb = ((b & (1 << j)) != 0) & (d < lo)
+                lo = tl.where(tb, d, lo)
+                jb = tl.where(tb, j, jb)
+            gain = hi - lo
+            move = gain > 0
+            flip = tl.where(move, (1 << ja) | (1 << jb), 0)
+            k = _set(k, i, k[i] ^ flip)
+            k = _set(k, i ^ r, k[i ^ r] ^ flip)
+            total = total + tl.where(move, gain, 0.0)
+    return k, total
+
+
+@triton.jit
+def _tbs8_split_tiles(
+    w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, tr, pid1,
+    TC: tl.constexpr, SWEEPS: tl.constexpr,
+):  # fmt: skip
+    """``_tbs_tiles`` at X = 8 with its two starts on two lanes: each lane holds the whole tile and
+    improves one start (the wrapped diagonals on lane 0, the anti-diagonals on lane 1), and the
+    better is taken across the pair at the end. The same operations in the same order as
+    ``_tbs_tiles``, so the same masks bit for bit; half the registers a thread (no spills at two
+    sweeps), twice the threads a tile."""
+    tc = pid1 * TC + tl.arange(0, TC)
+    row0 = (8 * tr).to(tl.int64)
+    q = pid1 * (TC * 2) + tl.arange(0, TC * 2)  # (tile, lane): both lanes load the whole tile
+    col = 8 * (q // 2)[:, None] + tl.arange(0, 8)[None, :]
+    inb = (q // 2 < n_tile_cols)[:, None]
+    gt = tl.zeros([TC * 2], dtype=tl.int32)
+    eq = tl.zeros([TC * 2], dtype=tl.int32)
+    zero = tl.zeros([TC, 2], dtype=tl.float32)
+    t = ()
+    for _ in tl.static_range(8):
+        t = t + ((zero, zero, zero, zero, zero, zero, zero, zero),)
+    for i in range(8):
+        x = tl.abs(tl.load(w_ptr + (row0 + i) * stride_w + col, mask=inb, other=0.0).to(tl.float32))
+        gt += tl.sum((x > pivot).to(tl.int32), axis=1)
+        eq += tl.sum((x == pivot).to(tl.int32), axis=1)
+        t = t[1:] + (_unstack(tl.reshape(x, (TC, 2, 2, 2, 2)), 8),)
+    gt = tl.reshape(gt, (TC, 2))
+    eq = tl.reshape(eq, (TC, 2))
+    c = gt.to(tl.float32) + eq.to(tl.float32) * tie
+    lo = tl.floor(c / 8)
+    u = tl.rand(seed, tr * n_tile_cols + tc[:, None] + tl.zeros([TC, 2], dtype=tl.int32))
+    n = (lo + ((u * 8) < (c - 8 * lo)).to(tl.float32)).to(tl.int32)
+    lane = tl.arange(0, 2)[None, :]
+    k, total = _split_start(t, n, lane == 1)
+    for it in range(SWEEPS):
+        t = _pinned(t, (n_tile_cols + it) >> 31)  # n_tile_cols + it < 2^31: a zero
+        for r in tl.static_range(1, 8):
+            k, total = _split_swap_round(t, k, total, r)
+    total_d = tl.sum(tl.where(lane == 0, total, 0.0), axis=1)
+    total_a = tl.sum(tl.where(lane == 1, total, 0.0), axis=1)
+    win = (total_a > total_d).to(tl.int32)[:, None]  # the lane whose start is kept
+    keep = ()
+    for i in tl.static_range(8):
+        keep = keep + (tl.sum(tl.where(lane == win, k[i], 0), axis=1),)
+    cols = 8 * tc[:, None] + tl.arange(0, 8)[None, :]
+    ok = (tc < n_tile_cols)[:, None]
+    for i in range(8):
+        y = ((keep[0][:, None] >> tl.arange(0, 8)[None, :]) & 1).to(tl.int8)
+        tl.store(m_ptr + (row0 + i) * stride_m + cols, y, mask=ok)
         keep = keep[1:] + (keep[0],)
 
 
@@ -360,6 +482,9 @@ GROUPS_ELEMS, GROUPS_WARPS = 1024, 4
 # per lane); keep CIRCULANT_ELEMS / 64 >= 32 * CIRCULANT_WARPS, or lanes hold copies of tiles.
 # (The name stays from the wrapped-diagonal kernel; scripts/probes/gpu_probe_tbs_select.py tunes it.)
 CIRCULANT_ELEMS, CIRCULANT_WARPS = 8192, 4
+# TBS(8) runs its two starts on two lanes a tile (``_tbs8_split_tiles``: the same masks, half the
+# registers a thread); False runs both in one thread (``_tbs_tiles``), for the probes to compare.
+TBS8_SPLIT_STARTS = True
 
 
 # Below this many values FlexMasker launches one mask kernel for up to 8 weights (else one a
@@ -414,8 +539,10 @@ def _mask_args(
     if isinstance(pattern, TBS):
         x = pattern.x
         tcols = c // x
-        tc = max(1, min(triton.next_power_of_2(tcols), CIRCULANT_ELEMS // (8 * x)))
-        named.update(n_tile_cols=tcols, X=x, TC=tc, SWEEPS=SWEEPS)
+        split = x == 8 and TBS8_SPLIT_STARTS
+        per = CIRCULANT_ELEMS // (8 * x) // (2 if split else 1)  # tiles a program: one a thread
+        tc = max(1, min(triton.next_power_of_2(tcols), per))
+        named.update(n_tile_cols=tcols, X=x, TC=tc, SWEEPS=SWEEPS, SPLIT=split)
         return _flex_tbs_kernel, (r // x, triton.cdiv(tcols, tc)), named, CIRCULANT_WARPS
     if isinstance(pattern, Vegeta):
         m, g, fixed = pattern.m, pattern.tile_len // pattern.m, -1
