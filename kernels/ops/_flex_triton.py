@@ -155,7 +155,7 @@ def _swap_round(t, k, total, hh, r: tl.constexpr, X: tl.constexpr):
 def _flex_tbs_kernel(
     w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m,
     X: tl.constexpr, TC: tl.constexpr, SWEEPS: tl.constexpr, PIVOT_PTR: tl.constexpr = False,
-    PDL: tl.constexpr = 0, SPLIT: tl.constexpr = False,
+    SPLIT: tl.constexpr = False, PDL: tl.constexpr = 0,
 ):  # fmt: skip
     """TBS(X) for X = 8, 16 on one weight: program (tile row, block of TC tiles); ``_tbs_tiles``
     (``_tbs8_split_tiles`` at X = 8 with ``SPLIT``: the same masks). ``PIVOT_PTR``: ``pivot``
@@ -179,7 +179,7 @@ def _flex_tbs_multi_kernel(
     x1, x2, x3, x4, x5, x6, x7,
     s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7,
     X: tl.constexpr, TC: tl.constexpr, SWEEPS: tl.constexpr, PIVOT_PTR: tl.constexpr = False,
-    PDL: tl.constexpr = 0, SPLIT: tl.constexpr = False,
+    SPLIT: tl.constexpr = False, PDL: tl.constexpr = 0,
 ):  # fmt: skip
     """``_flex_tbs_kernel`` over up to 8 weights in one 1-D launch (``_multi_triton``)."""
     chain_prologue(PDL)
@@ -236,12 +236,16 @@ def _tbs_tiles(
     lo = tl.floor(c / X)
     u = tl.rand(seed, tr * n_tile_cols + tc)
     n = (lo + ((u * X) < (c - X * lo)).to(tl.float32)).to(tl.int32)
+    # one start swept to the end, then the other (they are independent): one start's state live
     kd, total_d = _permutation_start(t, n, hh, X, False)
-    ka, total_a = _permutation_start(t, n, hh, X, True)
     for it in range(SWEEPS):
         t = _pinned(t, (n_tile_cols + it) >> 31)  # n_tile_cols + it < 2^31: a zero
         for r in tl.static_range(1, X):
             kd, total_d = _swap_round(t, kd, total_d, hh, r, X)
+    ka, total_a = _permutation_start(t, n, hh, X, True)
+    for it in range(SWEEPS):
+        t = _pinned(t, (n_tile_cols + SWEEPS + it) >> 31)
+        for r in tl.static_range(1, X):
             ka, total_a = _swap_round(t, ka, total_a, hh, r, X)
     anti = (total_a > total_d)[:, None]
     keep = ()

@@ -3,14 +3,15 @@ speed), the same masks bit for bit.
 
 Compiled for sm_90, the kernel with two sweeps took 255 registers and spilled (136 stores): the
 row pairs' differences do not change between sweeps, so the compiler computed them once, ahead of
-the sweeps, and held 28 x 8 of them. Two changes, each keeping every float32 operation and its
-order:
-- ``pinned``: before each sweep the tile passes through ``_pinned`` (OR with a zero the compiler
-  cannot see), so the differences are recomputed each sweep: 227 registers, no spills.
-- ``split``: the two starts on two lanes a tile (``_tbs8_split_tiles``), one start a thread, also
-  pinned: 152 registers, no spills, twice the threads.
-``before`` is today's kernel as committed before them (this module's source with the ``_pinned``
-lines taken out, imported from a temporary file). Every variant's masks must equal ``before``'s
+the sweeps, and held 28 x 8 of them. Variants, each keeping every float32 operation and its order:
+- ``before``: the kernel as committed before (both starts swept together, interleaved);
+- ``pinned``: the same, the tile passed through ``_pinned`` before each sweep (OR with a zero the
+  compiler cannot see), so the differences are recomputed each sweep: 227 registers, no spills;
+- ``sequential``: pinned, one start swept to the end before the other is built: 154 registers;
+- ``split``: the two starts on two lanes a tile (``_tbs8_split_tiles``), pinned: 152 registers,
+  twice the threads.
+``before`` and ``pinned`` are this module's source with ``_tbs_tiles``' sweeps rewritten, imported
+from a temporary file. Every variant's masks must equal ``before``'s
 (and be valid TBS(8)) before timing. Timed with ``repro.timing.time_gpu`` (CUDA-graph replays, L2
 flushed, median) in three alternating rounds, with % of the measured copy bandwidth (weight read +
 bool mask written); then a MAP-NEO 460M block through ``FlexMasker`` (pivot included) with
@@ -40,17 +41,38 @@ SHAPES = ((13824, 5120, torch.bfloat16), (24576, 3072, torch.bfloat16), (13824, 
 PATTERN = TBS(8)
 
 
-def _before_module() -> object:
-    """``_flex_triton`` without the ``_pinned`` calls: the committed kernel before this change."""
+SEQUENTIAL = """    kd, total_d = _permutation_start(t, n, hh, X, False)
+    for it in range(SWEEPS):
+        t = _pinned(t, (n_tile_cols + it) >> 31)  # n_tile_cols + it < 2^31: a zero
+        for r in tl.static_range(1, X):
+            kd, total_d = _swap_round(t, kd, total_d, hh, r, X)
+    ka, total_a = _permutation_start(t, n, hh, X, True)
+    for it in range(SWEEPS):
+        t = _pinned(t, (n_tile_cols + SWEEPS + it) >> 31)
+        for r in tl.static_range(1, X):
+            ka, total_a = _swap_round(t, ka, total_a, hh, r, X)
+"""
+INTERLEAVED = """    kd, total_d = _permutation_start(t, n, hh, X, False)
+    ka, total_a = _permutation_start(t, n, hh, X, True)
+    for it in range(SWEEPS):
+        t = _pinned(t, (n_tile_cols + it) >> 31)
+        for r in tl.static_range(1, X):
+            kd, total_d = _swap_round(t, kd, total_d, hh, r, X)
+            ka, total_a = _swap_round(t, ka, total_a, hh, r, X)
+"""
+
+
+def _module(name: str, pinned: bool) -> object:
+    """``_flex_triton`` with ``_tbs_tiles``' starts interleaved (as committed before this change),
+    pinned or not (``before``), imported from a temporary file."""
     src = Path(ft.__file__).read_text()
-    lines = [ln for ln in src.splitlines() if "t = _pinned(t," not in ln]
-    assert len(lines) == len(src.splitlines()) - 2, "expected two _pinned calls"
-    path = Path(tempfile.mkdtemp()) / "_flex_triton_before.py"
-    path.write_text("\n".join(lines) + "\n")
-    spec = importlib.util.spec_from_file_location("_flex_triton_before", path)
+    assert SEQUENTIAL in src, "_tbs_tiles changed: update the probe"
+    body = INTERLEAVED if pinned else INTERLEAVED.replace("        t = _pinned(t, (n_tile_cols + it) >> 31)\n", "")
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    path.write_text(src.replace(SEQUENTIAL, body))
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    mod.TBS8_SPLIT_STARTS = False
     return mod
 
 
@@ -64,8 +86,13 @@ def _variant(mod: object, split: bool):
 
 def main(smoke: bool) -> None:
     dev = torch.device("cpu" if smoke else "cuda")
-    before = _before_module()
-    variants = {"before": _variant(before, False), "pinned": _variant(ft, False), "split": _variant(ft, True)}
+    before, interleaved = _module("_ft_before", False), _module("_ft_interleaved", True)
+    variants = {
+        "before": _variant(before, False),
+        "pinned": _variant(interleaved, False),
+        "sequential": _variant(ft, False),
+        "split": _variant(ft, True),
+    }
     shapes = ((16, 48, torch.bfloat16), (24, 40, torch.float32)) if smoke else SHAPES
     g = torch.Generator(device=dev).manual_seed(0)
     copy = None
@@ -97,29 +124,29 @@ def main(smoke: bool) -> None:
             ms = sorted(ts)[1]
             bw = gbps(nbytes, ms)
             rounds = " ".join(f"{t:.3f}" for t in ts)
-            print(f"  {name:7s} {ms:7.3f} ms ({rounds}) {100 * bw / copy:5.1f}% of copy, {base / ms:4.2f}x", flush=True)
+            share = 100 * bw / copy
+            print(f"  {name:10s} {ms:7.3f} ms ({rounds}) {share:5.1f}% of copy, {base / ms:4.2f}x", flush=True)
         del w, masks
         torch.cuda.empty_cache()
     if not smoke:
         from repro.models.llama import CONFIGS, block_linear_shapes
 
-        ws = [
-            (0.02 * torch.randn(o, i, device=dev, generator=g)).bfloat16()
-            for _n, o, i in block_linear_shapes(CONFIGS["map-neo-460m"])
-        ]
-        out = {}
-        for split in (False, True):
-            ft.TBS8_SPLIT_STARTS = split
-            masker = FlexMasker(ws, PATTERN, 0.5, seed=1)
-            out[split] = [m.clone() for m in masker()]
-            out[(split, "t")] = [time_gpu(partial(masker, check=False)).ms for _ in range(3)]
-        ft.TBS8_SPLIT_STARTS = True
-        same = all(torch.equal(a, b) for a, b in zip(out[False], out[True], strict=True))
-        ok_all &= same
-        print(f"MAP-NEO 460M block, FlexMasker TBS(8) (pivot included): masks equal {same}", flush=True)
-        for split in (False, True):
-            ts = out[(split, "t")]
-            print(f"  split={split!s:5s} {sorted(ts)[1]:7.3f} ms ({' '.join(f'{t:.3f}' for t in ts)})", flush=True)
+        shapes460 = block_linear_shapes(CONFIGS["map-neo-460m"])
+        for dt in (torch.bfloat16, torch.float32):
+            ws = [(0.02 * torch.randn(o, i, device=dev, generator=g)).to(dt) for _n, o, i in shapes460]
+            out = {}
+            for split in (False, True):
+                ft.TBS8_SPLIT_STARTS = split
+                masker = FlexMasker(ws, PATTERN, 0.5, seed=1)
+                out[split] = [m.clone() for m in masker()]
+                out[(split, "t")] = [time_gpu(partial(masker, check=False)).ms for _ in range(3)]
+            ft.TBS8_SPLIT_STARTS = True
+            same = all(torch.equal(a, b) for a, b in zip(out[False], out[True], strict=True))
+            ok_all &= same
+            print(f"MAP-NEO 460M block {str(dt)[6:]}, FlexMasker TBS(8) (pivot included): masks equal {same}")
+            for split in (False, True):
+                ts = out[(split, "t")]
+                print(f"  split={split!s:5s} {sorted(ts)[1]:7.3f} ms ({' '.join(f'{t:.3f}' for t in ts)})", flush=True)
     print("ALL MASKS EQUAL" if ok_all else "MASKS DIFFER", flush=True)
 
 
