@@ -110,25 +110,60 @@ def _permutation_start(t, n, hh, X: tl.constexpr, ANTI: tl.constexpr):
 
 
 @triton.jit
+def _tree_best(v, LARGEST: tl.constexpr):
+    """(value, index) of the largest (``LARGEST``) or smallest of 8 values, the lowest index on
+    ties: a tree of pairwise merges (depth 3) whose left side holds the lower indices and wins ties,
+    so the same pick as a scan in index order with a strict test (depth 8)."""
+    vals = v
+    idx = ()
+    for m in tl.static_range(4):
+        take = (vals[2 * m + 1] > vals[2 * m]) if LARGEST else (vals[2 * m + 1] < vals[2 * m])
+        idx = idx + (tl.where(take, 2 * m + 1, 2 * m),)
+        vals = vals + (tl.where(take, vals[2 * m + 1], vals[2 * m]),)
+    vals = vals[8:]
+    for level in tl.static_range(2):
+        nv = ()
+        ni = ()
+        for m in tl.static_range(2 >> level):
+            take = (vals[2 * m + 1] > vals[2 * m]) if LARGEST else (vals[2 * m + 1] < vals[2 * m])
+            ni = ni + (tl.where(take, idx[2 * m + 1], idx[2 * m]),)
+            nv = nv + (tl.where(take, vals[2 * m + 1], vals[2 * m]),)
+        vals = nv
+        idx = ni
+    return vals[0], idx[0]
+
+
+@triton.jit
 def _best_swap(d, ki, kp, hh, H: tl.constexpr):
     """For a row pair (i, p) with d[j] = t[p, j] - t[i, j] (this lane's 8 columns): the largest
     d over a = K_i & ~K_p and the smallest over b = K_p & ~K_i, each with its column (lowest on
-    ties; -inf / +inf if empty). Returns (gain, column i gives, column p gives), per tile."""
+    ties; -inf / +inf and column 0 if empty). Returns (gain, column i gives, column p gives), per
+    tile."""
     a = ki & ~kp
     b = kp & ~ki
-    hi = tl.full(ki.shape, float("-inf"), tl.float32)
-    lo = tl.full(ki.shape, float("inf"), tl.float32)
-    ja = tl.zeros_like(ki)
-    jb = tl.zeros_like(ki)
+    da = ()
+    db = ()
     for j in tl.static_range(8):
-        ta = ((a & (1 << j)) != 0) & (d[j] > hi)
-        hi = tl.where(ta, d[j], hi)
-        ja = tl.where(ta, j, ja)
-        tb = ((b & (1 << j)) != 0) & (d[j] < lo)
-        lo = tl.where(tb, d[j], lo)
-        jb = tl.where(tb, j, jb)
+        da = da + (tl.where((a & (1 << j)) != 0, d[j], float("-inf")),)
+        db = db + (tl.where((b & (1 << j)) != 0, d[j], float("inf")),)
+    hi, ja = _tree_best(da, True)
+    lo, jb = _tree_best(db, False)
     hi, ja, lo, jb = tl.reduce((hi, ja + 8 * hh, lo, jb + 8 * hh), 1, _best_combine)
     return hi - lo, ja, jb
+
+
+@triton.jit
+def _pinned(t, z):
+    """The tile ``t`` with every value OR-ed bitwise with ``z``, a zero the compiler cannot see:
+    the same values, but new ones each sweep, so the row pairs' differences are not hoisted out
+    of (or shared between) the sweeps; hoisted, they hold 28 x 8 registers and the kernel spills."""
+    out = ()
+    for i in tl.static_range(len(t)):
+        row = ()
+        for j in tl.static_range(len(t[i])):
+            row = row + ((t[i][j].to(tl.int32, bitcast=True) | z).to(tl.float32, bitcast=True),)
+        out = out + (row,)
+    return out
 
 
 @triton.jit
@@ -155,22 +190,30 @@ def _swap_round(t, k, total, hh, r: tl.constexpr, X: tl.constexpr):
 def _flex_tbs_kernel(
     w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m,
     X: tl.constexpr, TC: tl.constexpr, SWEEPS: tl.constexpr, PIVOT_PTR: tl.constexpr = False,
-    SPLIT: tl.constexpr = False, PDL: tl.constexpr = 0,
+    PDL: tl.constexpr = 0,
 ):  # fmt: skip
-    """TBS(X) for X = 8, 16 on one weight: program (tile row, block of TC tiles); ``_tbs_tiles``
-    (``_tbs8_split_tiles`` at X = 8 with ``SPLIT``: the same masks). ``PIVOT_PTR``: ``pivot``
-    points at the device state (pivot, tie share), ``tie`` is unused; ``PDL``: a chained launch
-    (``_chain_triton``)."""
+    """TBS(X) for X = 8, 16 on one weight: program (tile row, block of TC tiles); ``_tbs_tiles``.
+    ``PIVOT_PTR``: ``pivot`` points at the device state (pivot, tie share), ``tie`` is unused;
+    ``PDL``: a chained launch (``_chain_triton``)."""
     chain_prologue(PDL)
     if PIVOT_PTR:
         tie = tl.load(pivot + 1)
         pivot = tl.load(pivot)
-    tr = tl.program_id(0)
-    pid1 = tl.program_id(1)
-    if SPLIT:
-        _tbs8_split_tiles(w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, tr, pid1, TC, SWEEPS)
-    else:
-        _tbs_tiles(w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, tr, pid1, X, TC, SWEEPS)
+    _tbs_tiles(
+        w_ptr,
+        m_ptr,
+        pivot,
+        tie,
+        seed,
+        n_tile_cols,
+        stride_w,
+        stride_m,
+        tl.program_id(0),
+        tl.program_id(1),
+        X,
+        TC,
+        SWEEPS,
+    )
 
 
 @triton.jit(do_not_specialize=["seed"])
@@ -179,7 +222,7 @@ def _flex_tbs_multi_kernel(
     x1, x2, x3, x4, x5, x6, x7,
     s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7,
     X: tl.constexpr, TC: tl.constexpr, SWEEPS: tl.constexpr, PIVOT_PTR: tl.constexpr = False,
-    SPLIT: tl.constexpr = False, PDL: tl.constexpr = 0,
+    PDL: tl.constexpr = 0,
 ):  # fmt: skip
     """``_flex_tbs_kernel`` over up to 8 weights in one 1-D launch (``_multi_triton``)."""
     chain_prologue(PDL)
@@ -190,10 +233,7 @@ def _flex_tbs_multi_kernel(
         w_ptr, x1, x2, x3, x4, x5, x6, x7, m_ptr,
         s1, s2, s3, s4, s5, s6, s7, c0, c1, c2, c3, c4, c5, c6, c7, o0, o1, o2, o3, o4, o5, o6, o7, X, TC,
     )  # fmt: skip
-    if SPLIT:
-        _tbs8_split_tiles(w, m, pivot, tie, seed, n_tile_cols, stride, stride, tr, pid1, TC, SWEEPS)
-    else:
-        _tbs_tiles(w, m, pivot, tie, seed, n_tile_cols, stride, stride, tr, pid1, X, TC, SWEEPS)
+    _tbs_tiles(w, m, pivot, tie, seed, n_tile_cols, stride, stride, tr, pid1, X, TC, SWEEPS)
 
 
 @triton.jit
@@ -236,16 +276,12 @@ def _tbs_tiles(
     lo = tl.floor(c / X)
     u = tl.rand(seed, tr * n_tile_cols + tc)
     n = (lo + ((u * X) < (c - X * lo)).to(tl.float32)).to(tl.int32)
-    # one start swept to the end, then the other (they are independent): one start's state live
     kd, total_d = _permutation_start(t, n, hh, X, False)
+    ka, total_a = _permutation_start(t, n, hh, X, True)
     for it in range(SWEEPS):
         t = _pinned(t, (n_tile_cols + it) >> 31)  # n_tile_cols + it < 2^31: a zero
         for r in tl.static_range(1, X):
             kd, total_d = _swap_round(t, kd, total_d, hh, r, X)
-    ka, total_a = _permutation_start(t, n, hh, X, True)
-    for it in range(SWEEPS):
-        t = _pinned(t, (n_tile_cols + SWEEPS + it) >> 31)
-        for r in tl.static_range(1, X):
             ka, total_a = _swap_round(t, ka, total_a, hh, r, X)
     anti = (total_a > total_d)[:, None]
     keep = ()
@@ -254,132 +290,6 @@ def _tbs_tiles(
     for i in range(X):  # one store op, as for the loads
         y = tl.reshape((keep[0][:, :, None] >> tl.arange(0, 8)[None, None, :]) & 1, (TC * H, 8)).to(tl.int8)
         tl.store(m_ptr + (row0 + i) * stride_m + col, y, mask=inb)
-        keep = keep[1:] + (keep[0],)
-
-
-@triton.jit
-def _pinned(t, z):
-    """The tile ``t`` with every value OR-ed bitwise with ``z``, a zero the compiler cannot see:
-    the same values, but new ones each sweep, so the row pairs' differences are not hoisted out
-    of (or shared between) the sweeps; hoisted, they hold 28 x 8 registers and the kernel spills."""
-    out = ()
-    for i in tl.static_range(len(t)):
-        row = ()
-        for j in tl.static_range(len(t[i])):
-            row = row + ((t[i][j].to(tl.int32, bitcast=True) | z).to(tl.float32, bitcast=True),)
-        out = out + (row,)
-    return out
-
-
-@triton.jit
-def _split_start(t, n, anti):
-    """``_permutation_start`` at X = 8 for both families at once: lane ``anti`` ([1, 2], the start
-    axis) takes the anti-diagonals, the other the wrapped diagonals. Rows [TC, 2] and sums [TC, 2]."""
-    score = ()
-    for s in tl.static_range(8):
-        acc = tl.zeros_like(t[0][0])
-        for i in tl.static_range(8):
-            acc = acc + tl.where(anti, t[i][(s - i) % 8], t[i][(i + s) % 8])
-        score = score + (acc,)
-    rank = ()
-    for _s in tl.static_range(8):
-        rank = rank + (tl.zeros_like(n),)
-    for s in tl.static_range(8):
-        for q in tl.static_range(s + 1, 8):
-            beats = (score[q] > score[s]).to(tl.int32)
-            rank = _set(rank, s, rank[s] + beats)
-            rank = _set(rank, q, rank[q] + 1 - beats)
-    kept = tl.zeros_like(n)
-    total = tl.zeros_like(score[0])
-    for s in tl.static_range(8):
-        keep = rank[s] < n
-        kept = kept | (keep.to(tl.int32) << s)
-        total = total + tl.where(keep, score[s], 0.0)
-    rows = ()
-    for i in tl.static_range(8):
-        diag = ((kept << i) | (kept >> (8 - i))) & 255
-        anti_bits = ((kept << ((8 - i) % 8)) | (kept >> (8 - (8 - i) % 8))) & 255
-        rows = rows + (tl.where(anti, anti_bits, diag),)
-    return rows, total
-
-
-@triton.jit
-def _split_swap_round(t, k, total, r: tl.constexpr):
-    """``_swap_round`` at X = 8 on one lane's start (no lane holds another column group)."""
-    for i in tl.static_range(8):
-        if i < (i ^ r):
-            a = k[i] & ~k[i ^ r]
-            b = k[i ^ r] & ~k[i]
-            hi = tl.full(a.shape, float("-inf"), tl.float32)
-            lo = tl.full(a.shape, float("inf"), tl.float32)
-            ja = tl.zeros_like(a)
-            jb = tl.zeros_like(a)
-            for j in tl.static_range(8):
-                d = t[i ^ r][j] - t[i][j]
-                ta = ((a & (1 << j)) != 0) & (d > hi)
-                hi = tl.where(ta, d, hi)
-                ja = tl.where(ta, j, ja)
-                tb = ((b & (1 << j)) != 0) & (d < lo)
-                lo = tl.where(tb, d, lo)
-                jb = tl.where(tb, j, jb)
-            gain = hi - lo
-            move = gain > 0
-            flip = tl.where(move, (1 << ja) | (1 << jb), 0)
-            k = _set(k, i, k[i] ^ flip)
-            k = _set(k, i ^ r, k[i ^ r] ^ flip)
-            total = total + tl.where(move, gain, 0.0)
-    return k, total
-
-
-@triton.jit
-def _tbs8_split_tiles(
-    w_ptr, m_ptr, pivot, tie, seed, n_tile_cols, stride_w, stride_m, tr, pid1,
-    TC: tl.constexpr, SWEEPS: tl.constexpr,
-):  # fmt: skip
-    """``_tbs_tiles`` at X = 8 with its two starts on two lanes: each lane holds the whole tile and
-    improves one start (the wrapped diagonals on lane 0, the anti-diagonals on lane 1), and the
-    better is taken across the pair at the end. The same operations in the same order as
-    ``_tbs_tiles``, so the same masks bit for bit; half the registers a thread (no spills at two
-    sweeps), twice the threads a tile."""
-    tc = pid1 * TC + tl.arange(0, TC)
-    row0 = (8 * tr).to(tl.int64)
-    q = pid1 * (TC * 2) + tl.arange(0, TC * 2)  # (tile, lane): both lanes load the whole tile
-    col = 8 * (q // 2)[:, None] + tl.arange(0, 8)[None, :]
-    inb = (q // 2 < n_tile_cols)[:, None]
-    gt = tl.zeros([TC * 2], dtype=tl.int32)
-    eq = tl.zeros([TC * 2], dtype=tl.int32)
-    zero = tl.zeros([TC, 2], dtype=tl.float32)
-    t = ()
-    for _ in tl.static_range(8):
-        t = t + ((zero, zero, zero, zero, zero, zero, zero, zero),)
-    for i in range(8):
-        x = tl.abs(tl.load(w_ptr + (row0 + i) * stride_w + col, mask=inb, other=0.0).to(tl.float32))
-        gt += tl.sum((x > pivot).to(tl.int32), axis=1)
-        eq += tl.sum((x == pivot).to(tl.int32), axis=1)
-        t = t[1:] + (_unstack(tl.reshape(x, (TC, 2, 2, 2, 2)), 8),)
-    gt = tl.reshape(gt, (TC, 2))
-    eq = tl.reshape(eq, (TC, 2))
-    c = gt.to(tl.float32) + eq.to(tl.float32) * tie
-    lo = tl.floor(c / 8)
-    u = tl.rand(seed, tr * n_tile_cols + tc[:, None] + tl.zeros([TC, 2], dtype=tl.int32))
-    n = (lo + ((u * 8) < (c - 8 * lo)).to(tl.float32)).to(tl.int32)
-    lane = tl.arange(0, 2)[None, :]
-    k, total = _split_start(t, n, lane == 1)
-    for it in range(SWEEPS):
-        t = _pinned(t, (n_tile_cols + it) >> 31)  # n_tile_cols + it < 2^31: a zero
-        for r in tl.static_range(1, 8):
-            k, total = _split_swap_round(t, k, total, r)
-    total_d = tl.sum(tl.where(lane == 0, total, 0.0), axis=1)
-    total_a = tl.sum(tl.where(lane == 1, total, 0.0), axis=1)
-    win = (total_a > total_d).to(tl.int32)[:, None]  # the lane whose start is kept
-    keep = ()
-    for i in tl.static_range(8):
-        keep = keep + (tl.sum(tl.where(lane == win, k[i], 0), axis=1),)
-    cols = 8 * tc[:, None] + tl.arange(0, 8)[None, :]
-    ok = (tc < n_tile_cols)[:, None]
-    for i in range(8):
-        y = ((keep[0][:, None] >> tl.arange(0, 8)[None, :]) & 1).to(tl.int8)
-        tl.store(m_ptr + (row0 + i) * stride_m + cols, y, mask=ok)
         keep = keep[1:] + (keep[0],)
 
 
@@ -486,9 +396,6 @@ GROUPS_ELEMS, GROUPS_WARPS = 1024, 4
 # per lane); keep CIRCULANT_ELEMS / 64 >= 32 * CIRCULANT_WARPS, or lanes hold copies of tiles.
 # (The name stays from the wrapped-diagonal kernel; scripts/probes/gpu_probe_tbs_select.py tunes it.)
 CIRCULANT_ELEMS, CIRCULANT_WARPS = 8192, 4
-# TBS(8) runs its two starts on two lanes a tile (``_tbs8_split_tiles``: the same masks, half the
-# registers a thread); False runs both in one thread (``_tbs_tiles``), for the probes to compare.
-TBS8_SPLIT_STARTS = True
 
 
 # Below this many values FlexMasker launches one mask kernel for up to 8 weights (else one a
@@ -543,10 +450,8 @@ def _mask_args(
     if isinstance(pattern, TBS):
         x = pattern.x
         tcols = c // x
-        split = x == 8 and TBS8_SPLIT_STARTS
-        per = CIRCULANT_ELEMS // (8 * x) // (2 if split else 1)  # tiles a program: one a thread
-        tc = max(1, min(triton.next_power_of_2(tcols), per))
-        named.update(n_tile_cols=tcols, X=x, TC=tc, SWEEPS=SWEEPS, SPLIT=split)
+        tc = max(1, min(triton.next_power_of_2(tcols), CIRCULANT_ELEMS // (8 * x)))
+        named.update(n_tile_cols=tcols, X=x, TC=tc, SWEEPS=SWEEPS)
         return _flex_tbs_kernel, (r // x, triton.cdiv(tcols, tc)), named, CIRCULANT_WARPS
     if isinstance(pattern, Vegeta):
         m, g, fixed = pattern.m, pattern.tile_len // pattern.m, -1
