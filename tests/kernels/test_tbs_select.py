@@ -112,6 +112,25 @@ def test_kernel_equals_reference(x, shape, dtype, seed, monkeypatch):
     TBS(x).validate(out)
 
 
+@pytest.mark.parametrize("x", [8, 16])
+def test_kernel_equals_reference_with_exact_ties(x, monkeypatch):
+    """Weights of four magnitudes (0, 1, 2, 3): a row pair's differences tie everywhere, so the
+    kernel's masked arg-max / arg-min (a tree of merges) must pick the lowest column as the
+    reference's scan does, and zero gains must not swap."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    g = torch.Generator().manual_seed(11)
+    shape = (32, 64)
+    w = torch.randint(0, 4, shape, generator=g).float() * (2 * torch.randint(0, 2, shape, generator=g) - 1)
+    piv = _pivot(w, 0.5)
+    tie = tie_share(w, piv, 0.5)
+    out = torch.full(shape, 7, dtype=torch.uint8).view(torch.bool)
+    kernel, grid, args, warps = mask_launch(w, out, TBS(x), piv, 5, tie)
+    kernel[grid](*args, num_warps=warps)
+    assert bool((out.view(torch.uint8) <= 1).all())
+    assert torch.equal(out, flex_mask_reference(w, TBS(x), 0.5, "fast", 5, piv, tie))
+    TBS(x).validate(out)
+
+
 @pytest.mark.parametrize("density", [0.25, 0.5, 0.75])
 def test_flexible_mask_keeps_at_least_a_uniform_one(density, monkeypatch):
     """With row and column scales, tiles differ in how much they want; FAST's per-tile n must not
