@@ -115,19 +115,14 @@ def _tree_best(v, LARGEST: tl.constexpr):
     ties: a tree of pairwise merges (depth 3) whose left side holds the lower indices and wins ties,
     so the same pick as a scan in index order with a strict test (depth 8)."""
     vals = v
-    idx = ()
-    for m in tl.static_range(4):
-        take = (vals[2 * m + 1] > vals[2 * m]) if LARGEST else (vals[2 * m + 1] < vals[2 * m])
-        idx = idx + (tl.where(take, 2 * m + 1, 2 * m),)
-        vals = vals + (tl.where(take, vals[2 * m + 1], vals[2 * m]),)
-    vals = vals[8:]
-    for level in tl.static_range(2):
+    idx = (0, 1, 2, 3, 4, 5, 6, 7)
+    for level in tl.static_range(3):
         nv = ()
         ni = ()
-        for m in tl.static_range(2 >> level):
+        for m in tl.static_range(4 >> level):
             take = (vals[2 * m + 1] > vals[2 * m]) if LARGEST else (vals[2 * m + 1] < vals[2 * m])
-            ni = ni + (tl.where(take, idx[2 * m + 1], idx[2 * m]),)
             nv = nv + (tl.where(take, vals[2 * m + 1], vals[2 * m]),)
+            ni = ni + (tl.where(take, idx[2 * m + 1], idx[2 * m]),)
         vals = nv
         idx = ni
     return vals[0], idx[0]
