@@ -544,14 +544,21 @@ def summary(df: pd.DataFrame) -> str:
 
 
 def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
-    """Per model: FAST's speedup over each baseline (log), the paper's mask-generation averages as
-    dashed lines on every panel (they are 460M numbers: labelled so), and FAST's % of copy."""
+    """Per model: FAST's speedup over each baseline (log), the value over the strongest printed on
+    its bar, the paper's mask-generation averages as dashed lines on the 460M panel (the only model
+    they are stated for; the other panels say so in their titles), FAST's % of copy under each
+    pattern, and one legend for the figure, below the panels, so that no bar is hidden."""
     table = compare(df)
     table = table[~table["pattern"].astype(str).str.contains(f"average|geometric|paper|{TRAINING_ROW}")]
     models = list(dict.fromkeys(table["model"]))
-    fig, axes = new_figure(ncols=max(1, len(models)), width=4.6)
+    fig, axes = new_figure(ncols=max(1, len(models)), width=4.6, height=3.6)
     paper = load_paper(ARTIFACT, PAPER)
     pp = paper[paper["shape"] == "map-neo-460m"].set_index("metric")["value"]
+    series = {
+        "vs PyTorch (best of eager/compiled)": "fast_vs_torch",
+        "vs Vegeta-based (best of eager/compiled)": "fast_vs_vegeta",
+        "vs the strongest baseline (value printed)": "fast_vs_strongest",
+    }
     for ax, model in zip(axes, models, strict=False):
         sub = table[table["model"] == model]
         labels = [
@@ -561,30 +568,45 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
         grouped_bars(
             ax,
             labels,
-            {
-                "vs PyTorch (best of eager/compiled)": list(sub["fast_vs_torch"]),
-                "vs Vegeta-based (best)": list(sub["fast_vs_vegeta"]),
-                "vs the strongest baseline": list(sub["fast_vs_strongest"]),
-            },
+            {name: list(sub[col]) for name, col in series.items()},
             ylabel="FAST speedup of mask generation (x, log)",
-            title=model,
             log=True,
         )
+        ax.set_title(model, fontsize=8)
+        ax.get_legend().remove()
+        width = 0.8 / len(series)
+        for g, v in enumerate(sub["fast_vs_strongest"]):  # the last series' bar: x = g + width
+            if v == v:
+                ax.annotate(
+                    f"{v:.2f}x" if v < 10 else f"{v:.1f}x",
+                    (g + width, v),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
         if model == "map-neo-460m":  # the paper's kernel averages are stated for this model only
             for i, key in enumerate(("kernel_speedup_vs_pytorch", "kernel_speedup_vs_vegeta")):
                 if key in pp:
                     ax.axhline(pp[key], color=PALETTE[i], linestyle="--", linewidth=1, label=f"paper avg {pp[key]:g}x")
         else:
-            note = "paper: no mask-generation number for this model\n(its 7B numbers are end to end)"
-            ax.text(0.98, 0.02, note, transform=ax.transAxes, ha="right", va="bottom", fontsize=7, color="grey")
-        ax.legend(fontsize=7, loc="upper left", ncol=1)
+            ax.set_title(f"{model}\n(paper: no mask-generation number; its 7B numbers are end to end)", fontsize=8)
         ax.axhline(1.0, color="black", linewidth=0.6)
         lo, hi = ax.get_ylim()
         ax.set_ylim(min(lo, 0.5), max(hi, 30.0))
         ax.yaxis.set_major_formatter(ScalarFormatter())
         ax.tick_params(axis="x", labelsize=7)
+    handles: dict[str, object] = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, h)
+    fig.legend(
+        handles.values(), handles.keys(), loc="lower center", ncol=len(handles), fontsize=7, bbox_to_anchor=(0.5, -0.06)
+    )
     dev, prof = df["device"].iloc[0], df["profile"].iloc[0]
-    fig.suptitle(f"{TITLE}  [{dev}, {prof}]", fontsize=9)
+    commits = ", ".join(sorted({str(c)[:7] for c in df["git_commit"]}))
+    fig.suptitle(f"{TITLE}  [{dev}, {prof}, results of commit {commits}]", fontsize=9)
     return save(fig, stem)
 
 
