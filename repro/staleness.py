@@ -187,15 +187,30 @@ def reviews(path: str = REVIEWS) -> tuple[Review, ...]:
     return tuple(out)
 
 
-def _newest_change(suite: str, paths: list[str], sha: str, head: str = "HEAD") -> str:
-    """The newest commit after ``sha`` up to ``head`` that changed the code behind ``suite`` ("" if none)."""
-    # the net change, not every commit in between: a change and its revert leave results fresh
+def _changed_code(suite: str, paths: list[str], sha: str, head: str) -> list[str]:
+    """The files of ``paths`` whose code differs between ``sha`` and ``head``: not comments,
+    formatting or docstrings alone, nor (for the suite's own module) its report alone."""
     changed = [p for p in git("diff", "--name-only", sha, head, "--", *paths).splitlines() if p]
-    changed = [p for p in changed if not _same_code(p, sha, head)]  # comments / docstrings only
+    changed = [p for p in changed if not _same_code(p, sha, head)]
     own = f"suites/{suite}.py"
     if own in changed and _report_only_change(own, sha, head):  # compare / plot / verdict / summary only
         changed.remove(own)
-    return git("log", "-1", "--format=%h", f"{sha}..{head}", "--", *changed) if changed else ""
+    return changed
+
+
+def _newest_change(suite: str, paths: list[str], sha: str, head: str = "HEAD") -> str:
+    """The newest commit after ``sha`` up to ``head`` that changed the code behind ``suite`` ("" if
+    none). Judged on the net change (a change and its revert leave results fresh); the commit named
+    is the newest whose own change is code, so a later edit of comments or of the suite's report to
+    the same files is not blamed."""
+    changed = _changed_code(suite, paths, sha, head)
+    if not changed:
+        return ""
+    commits = git("log", "--format=%h", f"{sha}..{head}", "--", *changed).splitlines()
+    for c in commits:
+        if _changed_code(suite, changed, f"{c}^", c):
+            return c
+    return commits[0] if commits else ""
 
 
 @lru_cache(maxsize=64)

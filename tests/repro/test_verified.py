@@ -220,6 +220,20 @@ def test_a_comment_only_change_leaves_results_fresh():
     assert _newest_change("figure3", paths, "e21995d", head=edit) != ""
 
 
+def test_the_commit_named_is_a_code_change_not_a_later_report_edit():
+    """figure3's H100 rows (ff83d00) went stale with kernel changes, the newest 16c2f36; 748a14a later
+    edited only figure3's plot. Judged at 748a14a the rows are stale, and the commit named is
+    16c2f36: the plot edit touched a file behind the numbers but changed none of them."""
+    from repro.provenance import git
+    from repro.staleness import _newest_change
+
+    if not git("rev-parse", "--verify", "--quiet", "748a14a^{commit}"):
+        pytest.skip("needs this repository's history")
+    paths = list(number_sources("figure3"))
+    assert git("log", "-1", "--format=%h", "ff83d00..748a14a", "--", *paths).startswith("748a14a")
+    assert _newest_change("figure3", paths, "ff83d00", head="748a14a").startswith("16c2f36")
+
+
 def test_a_report_only_change_leaves_results_fresh():
     """Between campaign be79020 and 9ab851b only fast_figure3_e2e's report changed (the scaling rows,
     summary and verdict): the measured part of the suite module is the same at both commits,
