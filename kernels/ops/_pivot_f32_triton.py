@@ -79,20 +79,25 @@ def _window_compact_kernel(
     x0, x1, x2, x3, x4, x5, x6, x7,
     n0, n1, n2, n3, n4, n5, n6, n7,
     s1, s2, s3, s4, s5, s6, s7,
-    ctl_ptr, out_ptr, cap, iters, BLOCK: tl.constexpr,
+    ctl_ptr, out_ptr, cap, iters, BLOCK: tl.constexpr, FIELD: tl.constexpr,
 ):  # fmt: skip
     # xi: int32 views of float32 tensors. Key = the top 16 bits of |w|; the window holds keys
     # lo .. hi - 1 (at ctl_ptr + LO, + HI). Each block's nonzero magnitudes inside the window go
     # to out_ptr at an offset taken by one atomic a block (ctl_ptr + COUNT: every one, also past
     # cap); #(key above the window) and #(non-finite) add to ctl_ptr + ABOVE and
     # + NONFINITE_SEEN (the zeros are not counted: where the window starts at key 0 every value is
-    # above it, copied or zero, so _window_hit_kernel takes them as n - above - copied).
+    # above it, copied or zero, so _window_hit_kernel takes them as n - above - copied). A block's
+    # three counts are one sum of FIELD-bit fields (int32 where 3 FIELD <= 31), not per-lane
+    # counters carried through the loop: those took 40 of 96 registers a thread, and so programs
+    # an SM (results/tuning/h200_probe_f32_compact_8ccb6a8.txt).
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
     lo = tl.load(ctl_ptr + 7).to(tl.int32)  # LO
     hi = tl.load(ctl_ptr + 10).to(tl.int32)  # HI
-    above = tl.zeros([BLOCK], dtype=tl.int32)
-    nonfinite = tl.zeros([BLOCK], dtype=tl.int32)
+    ACC: tl.constexpr = tl.int32 if 3 * FIELD <= 31 else tl.int64
+    MASK: tl.constexpr = (1 << FIELD) - 1
+    above = tl.zeros([], dtype=tl.int64)
+    nonfinite = tl.zeros([], dtype=tl.int64)
     r = tl.arange(0, BLOCK)
     for i in range(iters):
         g = i * nprog + pid  # global block
@@ -103,17 +108,20 @@ def _window_compact_kernel(
         m = offs < n
         v = tl.load(x + offs, mask=m, other=0) & 0x7FFFFFFF
         key = v >> 16
-        above += (m & (key >= hi)).to(tl.int32)
-        nonfinite += (v >= 0x7F800000).to(tl.int32)  # padding reads 0
         keep = m & (key >= lo) & (key < hi) & (v != 0)
         kk = keep.to(tl.int32)
-        total = tl.sum(kk, 0)
+        ab = (m & (key >= hi)).to(ACC) << FIELD
+        nf = (v >= 0x7F800000).to(ACC) << (2 * FIELD)  # padding reads 0
+        counts = tl.sum(kk.to(ACC) + ab + nf, 0)
+        total = counts & MASK
+        above += ((counts >> FIELD) & MASK).to(tl.int64)
+        nonfinite += ((counts >> (2 * FIELD)) & MASK).to(tl.int64)
         if total > 0:
             base = tl.atomic_add(ctl_ptr + 5, total.to(tl.int64))  # COUNT
             at = base + tl.cumsum(kk, 0) - 1
             tl.store(out_ptr + at, v, mask=keep & (at < cap))
-    tl.atomic_add(ctl_ptr + 4, tl.sum(above, 0).to(tl.int64))  # ABOVE
-    tl.atomic_add(ctl_ptr + 6, tl.sum(nonfinite, 0).to(tl.int64))  # NONFINITE_SEEN
+    tl.atomic_add(ctl_ptr + 4, above)  # ABOVE
+    tl.atomic_add(ctl_ptr + 6, nonfinite)  # NONFINITE_SEEN
 
 
 @triton.jit
@@ -154,7 +162,7 @@ def f32_window_pivot_launches(
     words); ``compact``: float32 [compact_capacity(n)] scratch; ``state``: float32 [2] <- (pivot,
     tie share). Same results as ``radix_hist_passes`` + ``radix_select_launch``. The compacting
     pass: ``count_programs`` (default ``compact_programs``), blocks of ``count_block`` values (a
-    power of two from 1024), ``count_warps`` warps; the defaults are the fastest of six settings
+    power of two from 256), ``count_warps`` warps; the defaults are the fastest of six settings
     swept on an H200 (results/tuning/h200_probe_fp32_train_masks_491bf07.txt)."""
     if counts.dtype != torch.int64 or counts.numel() < F32_WINDOW_COUNTS_LEN or not counts.is_contiguous():
         raise ValueError(f"counts must be a contiguous int64 tensor of {F32_WINDOW_COUNTS_LEN} values")
@@ -167,8 +175,8 @@ def f32_window_pivot_launches(
         raise TypeError("flats must be flat contiguous float32 tensors")
     if window not in (8, 16):
         raise ValueError(f"window must be 8 or 16 keys, got {window!r}")
-    if count_block < 1024 or count_block & (count_block - 1):
-        raise ValueError(f"count_block must be a power of two from 1024, got {count_block!r}")
+    if count_block < 256 or count_block & (count_block - 1):
+        raise ValueError(f"count_block must be a power of two from 256, got {count_block!r}")
     n = sum(f.numel() for f in flats)
     cap = compact_capacity(n)
     if compact.dtype != torch.float32 or compact.numel() < cap or compact.device != counts.device:
@@ -189,7 +197,7 @@ def f32_window_pivot_launches(
     buf = compact[:cap].view(torch.int32)
     for g in groups:
         slots, programs, iters = tensor_slots(g, programs=grid, block=count_block)
-        args = (*slots, ctl, buf, cap, iters, count_block)
+        args = (*slots, ctl, buf, cap, iters, count_block, count_block.bit_length())
         out.append((_window_compact_kernel, (programs,), args, count_warps))
     out.append((_window_hit_kernel, (1,), (ctl, k, cap, n), 1))
     for p in range(1, PASSES + 1):  # over the buffer where the window hit, else over every value
