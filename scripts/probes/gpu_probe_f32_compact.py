@@ -35,9 +35,11 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_probe_fp32_train_masks import model_weights  # noqa: E402
+
 from kernels.ops import _pivot_f32_triton as pf  # noqa: E402
 from kernels.ops._pivot_triton import MAX_TENSORS, block_slot, tensor_slots  # noqa: E402
-from repro.models.llama import CONFIGS, LlamaConfig, LlamaModel, sparse_linears  # noqa: E402
 from repro.timing import time_gpu  # noqa: E402
 from suites.figure3 import DENSITY  # noqa: E402
 
@@ -126,11 +128,7 @@ def variants(flats: list[torch.Tensor], ctl: torch.Tensor, buf: torch.Tensor, cn
 
 def main(smoke: bool) -> None:
     dev = torch.device("cpu" if smoke else "cuda")
-    small = LlamaConfig(hidden=64, ffn=128, layers=3, heads=4, vocab=256, seq_len=32)
-    cfg = small if smoke else CONFIGS["map-neo-460m"]
-    torch.manual_seed(0)
-    model = LlamaModel(cfg).to(dev)
-    ws0 = [m.weight.detach() for m in sparse_linears(model).values()]
+    ws0 = model_weights(smoke, layers=3)
     gpu = "cpu" if smoke else torch.cuda.get_device_name()
     n = sum(w.numel() for w in ws0)
     print(f"{len(ws0)} float32 weights, {n / 1e6:.1f}M values, {gpu}", flush=True)

@@ -30,13 +30,18 @@ from repro.timing import time_gpu  # noqa: E402
 from suites.figure3 import DENSITY, SEED  # noqa: E402
 
 
-def main(smoke: bool) -> None:
+def model_weights(smoke: bool, layers: int = 2) -> list[torch.Tensor]:
+    """The float32 weights of MAP-NEO 460M's block linears at init (seed 0) on the GPU; ``smoke``:
+    a small model's (``layers`` blocks) on the CPU."""
     dev = torch.device("cpu" if smoke else "cuda")
-    small = LlamaConfig(hidden=64, ffn=128, layers=2, heads=4, vocab=256, seq_len=32)
-    cfg = small if smoke else CONFIGS["map-neo-460m"]
+    small = LlamaConfig(hidden=64, ffn=128, layers=layers, heads=4, vocab=256, seq_len=32)
     torch.manual_seed(0)
-    model = LlamaModel(cfg).to(dev)
-    ws = [m.weight.detach() for m in sparse_linears(model).values()]
+    model = LlamaModel(small if smoke else CONFIGS["map-neo-460m"]).to(dev)
+    return [m.weight.detach() for m in sparse_linears(model).values()]
+
+
+def main(smoke: bool) -> None:
+    ws = model_weights(smoke)
     n = sum(w.numel() for w in ws)
     gpu = "cpu" if smoke else torch.cuda.get_device_name()
     print(f"{len(ws)} weights, {n / 1e6:.1f}M values, {gpu}", flush=True)
