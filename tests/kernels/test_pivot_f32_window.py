@@ -108,6 +108,20 @@ def test_miss_reads_every_value():
     assert _check_equal([x], x.numel() // 2) == 1
 
 
+def test_packed_counts_at_every_block_size():
+    """The compacting pass sums a block's three counts as packed fields: int32 for blocks of 256
+    and 512 values, int64 for 1024 and 2048; the same result at each (a hit), and a NaN counted."""
+    g = torch.Generator().manual_seed(7)
+    x = _representative((128, 384), g)
+    for block in (256, 512, 1024, 2048):
+        assert _check_equal([x], x.numel() // 2, count_block=block, count_programs=8) == 0, block
+        y = x.clone()
+        y[5, 7] = float("nan")
+        assert _check_equal([y], x.numel() // 2, count_block=block, count_programs=8) == 1, block
+        _, counts = pf.f32_window_pivot([y], x.numel() // 2, count_block=block, count_programs=8)
+        assert counts[NONFINITE] == 1, block
+
+
 def test_edge_cases():
     """k at both ends and 0; few distinct values (ties: a full window overflows its buffer);
     exact zeros at the pivot; NaN and Inf (a miss; the count of non-finite values)."""
