@@ -88,8 +88,8 @@ def _window_compact_kernel(
     # + NONFINITE_SEEN (the zeros are not counted: where the window starts at key 0 every value is
     # above it, copied or zero, so _window_hit_kernel takes them as n - above - copied). A block's
     # three counts are one sum of FIELD-bit fields (int32 where 3 FIELD <= 31), not per-lane
-    # counters carried through the loop: those took 40 of 96 registers a thread, and so programs
-    # an SM (results/tuning/h200_probe_f32_compact_8ccb6a8.txt).
+    # counters carried through the loop: those raised it from 64 to 96 registers a thread, and so
+    # cut the programs an SM (results/tuning/h200_probe_f32_compact_8ccb6a8.txt).
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0).to(tl.int64)
     lo = tl.load(ctl_ptr + 7).to(tl.int32)  # LO
@@ -163,7 +163,8 @@ def f32_window_pivot_launches(
     tie share). Same results as ``radix_hist_passes`` + ``radix_select_launch``. The compacting
     pass: ``count_programs`` (default ``compact_programs``), blocks of ``count_block`` values (a
     power of two from 256), ``count_warps`` warps; the defaults are the fastest of six settings
-    swept on an H200 (results/tuning/h200_probe_fp32_train_masks_491bf07.txt)."""
+    swept on an H200 (results/tuning/h200_probe_fp32_train_masks_491bf07.txt), within 2% of the
+    fastest of five swept again in session 44 (results/tuning/h200_probe_f32_compact_8ccb6a8.txt)."""
     if counts.dtype != torch.int64 or counts.numel() < F32_WINDOW_COUNTS_LEN or not counts.is_contiguous():
         raise ValueError(f"counts must be a contiguous int64 tensor of {F32_WINDOW_COUNTS_LEN} values")
     if state.dtype != torch.float32 or state.numel() < 2 or counts.device != state.device:
