@@ -42,12 +42,12 @@ from suites.figure3 import task_bytes  # noqa: E402
 DENSITY, SEED = 0.5, 0
 
 
-def weights(shapes, seed: int = 0) -> list[torch.Tensor]:
-    gen = torch.Generator(device="cuda").manual_seed(seed)
+def weights(shapes, seed: int = 0, device: str = "cuda") -> list[torch.Tensor]:
+    gen = torch.Generator(device=device).manual_seed(seed)
     out = []
     for o, i in shapes:
-        w = 0.02 * torch.randn(o, i, device="cuda", generator=gen)
-        w = w * torch.rand(o, 1, device="cuda", generator=gen).add(0.25)
+        w = 0.02 * torch.randn(o, i, device=device, generator=gen)
+        w = w * torch.rand(o, 1, device=device, generator=gen).add(0.25)
         out.append(w.to(torch.bfloat16))
     return out
 

@@ -40,6 +40,10 @@ from kernels.ops import _pivot_triton as pt  # noqa: E402
 from kernels.ops import common  # noqa: E402
 from kernels.ops.flex import TBS, FlexMasker, Vegeta  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_probe_masker_launches import weights  # noqa: E402
+from gpu_probe_split_masks import no_search_module, raw, run  # noqa: E402
+
 DENSITY = 0.5
 # the window pivot's launches for one group of tensors, in order (kernels.ops._pivot_triton)
 PIVOT_KERNELS = ("sample 1", "sample 2", "count", "select", "exact 1", "exact 2")
@@ -50,30 +54,10 @@ def kernel_name(launch: tuple) -> str:
     return getattr(getattr(k, "fn", k), "__name__", str(k))
 
 
-def raw(launches) -> list[tuple]:
-    return [(x.kernel, x.grid, x.args, x.warps) for x in launches]
-
-
-def run(launches) -> None:
-    for x in launches:
-        x(None)
-
-
 def chain(raw_launches: list[tuple], pdl: bool) -> list:
     if pdl:
         return common.chain(raw_launches)
     return [common.Launch(*x) for x in raw_launches]
-
-
-def block_weights(shapes, device: str, seed: int = 0) -> list[torch.Tensor]:
-    """Row-scaled bf16 weights, as gpu_probe_masker_launches.py and figure3's probes make them."""
-    gen = torch.Generator(device=device).manual_seed(seed)
-    out = []
-    for o, i in shapes:
-        w = 0.02 * torch.randn(o, i, device=device, generator=gen)
-        w = w * torch.rand(o, 1, device=device, generator=gen).add(0.25)
-        out.append(w.to(torch.bfloat16))
-    return out
 
 
 def variants(ws, pattern, pdl: bool, cut) -> tuple[dict, FlexMasker]:
@@ -124,7 +108,7 @@ def probe(model: str, pattern, device: str, pdl: bool, cut, copy_gbps: float | N
     from suites.figure3 import task_bytes
 
     shapes = [(o, i) for _, o, i in block_linear_shapes(CONFIGS[model])] if model else [(128, 256)] * 3
-    ws = block_weights(shapes, device)
+    ws = weights(shapes, device=device)
     ref = FlexMasker(ws, pattern, DENSITY)
     ref(check=True)
     ref_state, ref_masks = ref.state.clone(), [m.clone() for m in ref.masks]
@@ -155,9 +139,6 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1, small block, checks only")
     args = ap.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from gpu_probe_split_masks import no_search_module
-
     if args.smoke:
         if os.environ.get("TRITON_INTERPRET") != "1":
             raise SystemExit("--smoke needs TRITON_INTERPRET=1")
