@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from repro.dashboard_claims import claims_page
 from repro.paper import paper_index
 from repro.results import PROVENANCE_COLUMNS, InputError, check_device_slug, contained_path, load_suite_results
 from repro.staleness import frame_staleness
@@ -43,7 +44,7 @@ th.desc:after{content:" \\25BC"}td.num{text-align:right;font-variant-numeric:tab
 .scroll{max-height:480px;overflow:auto;border:1px solid #ddd;margin-bottom:1.5em}
 .wide{overflow-x:auto}.scroll table{margin:0}
 .badge{display:inline-block;padding:1px 6px;border-radius:3px;font-size:12px}
-.reproduced{background:#c8f0c8}.exceeds{background:#c8e0f8}.fallsshort{background:#fbd0c0}.notcomparable{background:#fbe7a8}.noGPUrun{background:#eee}.notyet{background:#eee}.nothingtoreproduce{background:#f6f6f6}.caveat{font-size:11px;color:#555;max-width:28em}
+.reproduced{background:#c8f0c8}.exceeds{background:#c8e0f8}.fallsshort{background:#fbd0c0}.notcomparable{background:#fbe7a8}.noGPUrun{background:#eee}.notyet{background:#eee}.cross-referenced{background:#dde8f0}.nothingtoreproduce{background:#f6f6f6}.caveat{font-size:11px;color:#555;max-width:28em}
 .smoke{background:#fbe7a8;padding:.5em;border-left:4px solid #d9a400}
 section.run{border-top:2px solid #888;margin-top:2em}img{max-width:100%;border:1px solid #ddd}
 figure{overflow-x:auto;margin:1em 0}figure img{max-width:none}
@@ -406,16 +407,13 @@ def build_site(
         if (mod.PAPER, mod.ARTIFACT) not in known:
             idx.append({"paper": mod.PAPER, "artifact": mod.ARTIFACT, "source": "", "title": mod.TITLE})
     by_artifact = {(m.PAPER, m.ARTIFACT): n for n, m in mods.items()}
-    rows = []
-    counts: dict[str, int] = {}
+    cells = {}  # (paper, artifact) -> status, caveat, summary, page, gpus, rebuild command
     for r in idx:
-        name = by_artifact.get((r["paper"], r["artifact"]))
+        key = (r["paper"], r["artifact"])
+        name = by_artifact.get(key)
         df = frames.get(name) if name else None
         has = df is not None and not df.empty
-        status, caveat = _status(
-            df if name else None, mods.get(name) if name else None, notes.get((r["paper"], r["artifact"]), "")
-        )
-        counts[status] = counts.get(status, 0) + 1
+        status, caveat = _status(df if name else None, mods.get(name) if name else None, notes.get(key, ""))
         if name and not has:
             summary = "suite ready, no results yet"
         elif has:
@@ -426,14 +424,23 @@ def build_site(
                 summary = _ratio_summary(_safe_compare(mods[name], run))
         else:
             summary = ""
-        link = f'<a href="{_e(name)}.html">{_e(r["title"])}</a>' if has else _e(r["title"])
+        cells[key] = (status, caveat, summary, f"{name}.html" if has else None, _gpus(df) if has else "", name)
+    for key in [k for k in cells if k[1] == "text_claims" and not cells[k][5]]:  # claims made in prose
+        status, caveat, summary, page = claims_page(key[0], {k: (v[0], v[3]) for k, v in cells.items()}, out, _page)
+        cells[key] = (status, caveat, summary, page, "", None)
+    rows = []
+    counts: dict[str, int] = {}
+    for r in idx:
+        status, caveat, summary, page, gpus, name = cells[(r["paper"], r["artifact"])]
+        counts[status] = counts.get(status, 0) + 1
+        link = f'<a href="{_e(page)}">{_e(r["title"])}</a>' if page else _e(r["title"])
         cls = status.replace(" ", "")
         rows.append(
             "<tr>"
             f"<td>{_e(r['paper'])}</td><td>{_e(r['artifact'])}</td><td>{link}</td>"
             f'<td><span class="badge {cls}" title="{_e(caveat)}">{_e(status)}</span>'
             f'<div class="caveat">{_e(caveat)}</div></td><td>{_e(summary)}</td>'
-            f"<td>{_e(_gpus(df) if has else '')}</td>"
+            f"<td>{_e(gpus)}</td>"
             f"<td>{'<code>snakemake ' + _e(name) + '</code>' if name else ''}</td></tr>"
         )
     head = "".join(
@@ -447,8 +454,9 @@ def build_site(
         "matches the paper's stated value within the tolerance given in the caveat; <em>exceeds</em> / "
         "<em>falls short</em>: outside it, above or below; <em>not comparable</em>: the numbers measure "
         "different things (the caveat says why: GPU, baseline, scale); <em>no GPU run</em>: a suite exists "
-        "but only smoke/CPU rows are stored; <em>not yet</em>: no suite; <em>nothing to reproduce</em>: a "
-        "diagram. How each is measured: docs/methods.md in the repository. "
+        "but only smoke/CPU rows are stored; <em>cross-referenced</em>: claims made in the text, each "
+        "followed to the artifact, setting or test that checks it; <em>not yet</em>: no suite; <em>nothing to "
+        "reproduce</em>: a diagram. How each is measured: docs/methods.md in the repository. "
         'Kernel bandwidth vs roofline: <a href="kernels.html">kernels</a>.</p>'
         f'<table class="sortable" id="artifacts"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
     )

@@ -20,7 +20,18 @@ from importlib import resources
 
 import pandas as pd
 
-__all__ = ["CLAIM_COLUMNS", "INDEX_COLUMNS", "PAPER_COLUMNS", "claim_holds", "load_claims", "load_paper", "paper_index"]
+__all__ = [
+    "CHECK_COLUMNS",
+    "CHECK_KINDS",
+    "CLAIM_COLUMNS",
+    "INDEX_COLUMNS",
+    "PAPER_COLUMNS",
+    "claim_holds",
+    "load_claims",
+    "load_paper",
+    "paper_index",
+    "text_claim_checks",
+]
 
 PAPER_COLUMNS: tuple[str, ...] = (
     "paper",
@@ -134,3 +145,40 @@ def claim_holds(relation: str, ours: float, threshold: float) -> bool | None:
     if ours != ours:  # NaN
         return None
     return bool(RELATIONS[relation](float(ours), float(threshold)))
+
+
+CHECK_COLUMNS: tuple[str, ...] = ("paper", "method", "metric", "kind", "checked_by", "where", "note")
+# measured: an artifact of ours measures the same quantity (``checked_by``: "<paper> <artifact>");
+# setting: we run with the paper's value (``where``: "module:expression" that evaluates to it);
+# tested: a test checks it (``where``: its pytest node id); context: nothing here to measure;
+# not built: what it needs is not in this project (``note`` says what).
+CHECK_KINDS: tuple[str, ...] = ("measured", "setting", "tested", "context", "not built")
+_CHECKS_FILE = "checks_text_claims.csv"
+
+
+def text_claim_checks(paper: str | None = None) -> pd.DataFrame:
+    """Every numeric claim of the papers' text (their ``text_claims`` artifacts) beside where this
+    project checks it (``checks_text_claims.csv``): the claim's rows of :data:`PAPER_COLUMNS` plus
+    ``kind``, ``checked_by``, ``where`` and ``check_note``. A claim without exactly one check row, a
+    check without its claim, or an unknown kind is a ValueError: the dashboard must not drop one."""
+    checks = _read_csv(_CHECKS_FILE)
+    if tuple(checks.columns) != CHECK_COLUMNS:
+        raise ValueError(f"{_CHECKS_FILE}: columns {list(checks.columns)} != {list(CHECK_COLUMNS)}")
+    bad = sorted(set(checks["kind"]) - set(CHECK_KINDS))
+    if bad:
+        raise ValueError(f"{_CHECKS_FILE}: unknown kinds {bad}; known: {list(CHECK_KINDS)}")
+    key = ["paper", "method", "metric"]
+    dup = checks[checks.duplicated(key, keep=False)]
+    if not dup.empty:
+        raise ValueError(f"{_CHECKS_FILE}: more than one check for {dup[key].drop_duplicates().values.tolist()}")
+    claims = _all_rows()
+    claims = claims[claims["artifact"] == "text_claims"].assign(_order=lambda d: range(len(d)))
+    merged = claims.merge(checks.rename(columns={"note": "check_note"}), on=key, how="outer", indicator=True)
+    missing = merged[merged["_merge"] != "both"]
+    if not missing.empty:
+        rows = missing[[*key, "_merge"]].values.tolist()
+        raise ValueError(f"{_CHECKS_FILE}: claims and checks do not pair up (left_only: no check): {rows}")
+    merged = merged.sort_values("_order").drop(columns=["_merge", "_order"])
+    if paper is not None:
+        merged = merged[merged["paper"] == paper]
+    return merged.reset_index(drop=True)

@@ -17,6 +17,14 @@ from repro.dashboard import build_site
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dashboard"
 GPU = "nvidia-h100-80gb-hbm3"
+PAGES = [
+    "index.html",
+    "table2.html",
+    "kernels.html",
+    "hu2024_text_claims.html",
+    "fast_text_claims.html",
+    "madhyastha2026_text_claims.html",
+]
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 
 
@@ -78,6 +86,17 @@ def test_pages_exist(site: Path) -> None:
     for name, artifact in (("table5", "table5"), ("table7", "table7")):
         row = re.search(rf"<tr><td>hu2024</td><td>{artifact}</td>.*?</tr>", index).group(0)
         assert f"snakemake {name}</code>" in row
+    # claims made in prose: followed to the artifact, setting or test that checks each one
+    row_tc = re.search(r"<tr><td>hu2024</td><td>text_claims</td>.*?</tr>", index).group(0)
+    assert "cross-referenced" in row_tc and 'href="hu2024_text_claims.html"' in row_tc
+    claims = (site / "hu2024_text_claims.html").read_text(encoding="utf-8")
+    assert '<a href="table2.html">hu2024 table2</a> (no GPU run)' not in claims  # fixture: table2 has GPU rows
+    assert re.search(
+        r'<a href="table2.html">hu2024 table2</a> \((reproduced|exceeds|falls short|not comparable)\)', claims
+    )
+    assert "hu2024 table8 (no GPU run)" in claims  # no page for it in the fixture: named, not linked
+    row_m = re.search(r"<tr><td>madhyastha2026</td><td>text_claims</td>.*?</tr>", index).group(0)
+    assert "not yet" in row_m and "not built" in row_m
     row4 = re.search(r"<tr><td>hu2024</td><td>figure4</td>.*?</tr>", index).group(0)
     assert "nothing to reproduce" in row4  # a diagram
     assert re.search(r"<strong>\d+ of \d+ artifacts with numbers reproduced</strong>", index)
@@ -102,7 +121,7 @@ def test_inline_literals_render_as_code(tmp_path: Path, monkeypatch) -> None:
 
 def test_links_resolve_and_offline(site: Path) -> None:
     pages = sorted(site.glob("*.html"))
-    assert len(pages) == 3
+    assert len(pages) == 6  # index, table2, kernels and one claims page a paper
     for page in pages:
         text = page.read_text(encoding="utf-8")
         assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text), page.name
@@ -172,9 +191,9 @@ def _chromium(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian: apt-get install -y chromium)")
-@pytest.mark.parametrize("page", ["index.html", "table2.html", "kernels.html"])  # every page of the fixture site
+@pytest.mark.parametrize("page", PAGES)  # every page of the fixture site
 def test_browser_renders(site: Path, tmp_path: Path, page: str) -> None:
-    assert sorted(p.name for p in site.glob("*.html")) == ["index.html", "kernels.html", "table2.html"]
+    assert sorted(p.name for p in site.glob("*.html")) == sorted(PAGES)
     url = (site / page).resolve().as_uri()
     shot = tmp_path / f"{Path(page).stem}.png"
     r = _chromium([f"--screenshot={shot}", url], tmp_path)
@@ -184,7 +203,8 @@ def test_browser_renders(site: Path, tmp_path: Path, page: str) -> None:
     assert dump.returncode == 0, dump.stderr[-2000:]
     assert "Uncaught" not in dump.stderr, dump.stderr[-2000:]
     assert '<table class="sortable"' in dump.stdout and "</table>" in dump.stdout
-    assert "table2" in dump.stdout
+    named = {"fast_text_claims.html": "figure3_e2e", "madhyastha2026_text_claims.html": "table8"}.get(page, "table2")
+    assert named in dump.stdout
     if page == "table2.html":  # the suite page shows its figure
         assert "<img" in dump.stdout and "table2.png" in dump.stdout
     if os.environ.get("DASHBOARD_ARTIFACTS"):

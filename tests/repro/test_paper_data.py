@@ -11,8 +11,11 @@ import pytest
 from repro.paper import INDEX_COLUMNS, PAPER_COLUMNS, load_paper, paper_index
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "repro" / "paper_data"
-# claims_<paper>.csv holds qualitative claims (repro.paper.load_claims), not published values
-DATA_FILES = sorted(p for p in DATA_DIR.glob("*.csv") if p.name != "index.csv" and not p.name.startswith("claims_"))
+# claims_<paper>.csv holds qualitative claims (repro.paper.load_claims), checks_text_claims.csv where
+# the text's claims are checked (repro.paper.text_claim_checks): neither holds published values
+DATA_FILES = sorted(
+    p for p in DATA_DIR.glob("*.csv") if p.name != "index.csv" and not p.name.startswith(("claims_", "checks_"))
+)
 KEY = ["paper", "artifact", "method", "shape", "dtype", "metric"]
 
 
