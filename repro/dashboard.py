@@ -402,6 +402,7 @@ def build_site(
     pi = paper_index()
     idx = pi[["paper", "artifact", "source", "title"]].to_dict("records")
     notes = {(r.paper, r.artifact): f"{r.title} {r.status_note}".lower() for r in pi.fillna("").itertuples()}
+    reasons = {(r.paper, r.artifact): r.status_note for r in pi.fillna("").itertuples()}
     known = {(r["paper"], r["artifact"]) for r in idx}
     for mod in mods.values():  # suites without a row in the paper index (e.g. a text section)
         if (mod.PAPER, mod.ARTIFACT) not in known:
@@ -414,6 +415,8 @@ def build_site(
         df = frames.get(name) if name else None
         has = df is not None and not df.empty
         status, caveat = _status(df if name else None, mods.get(name) if name else None, notes.get(key, ""))
+        if status == "not yet":  # the index says why, where it knows
+            caveat = reasons.get(key, "")
         if name and not has:
             summary = "suite ready, no results yet"
         elif has:
