@@ -25,6 +25,7 @@ the search kept about 65-75% of the optimum). The rounding tolerance that remain
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 PAIRS: tuple[tuple[int, int], ...] = tuple(itertools.combinations(range(4), 2))  # 6 column pairs
@@ -50,7 +51,9 @@ def groups() -> dict[tuple[int, ...], list[tuple[int, int]]]:
 SEARCH_ARGS: tuple[str, ...] = tuple(f"p{r}_{p}" for r in range(4) for p in range(6))  # row-pair sums
 
 
-def emit_running_best(w, score: str, code: str, expr: str, bits: str, first: bool, better: str = ">") -> None:
+def emit_running_best(
+    w: Callable[[str], None], score: str, code: str, expr: str, bits: str, first: bool, better: str = ">"
+) -> None:
     """Emit one step of a running arg-best: candidate ``expr`` with mask code ``bits`` replaces
     (``score``, ``code``) when strictly ``better`` (ties keep the earlier candidate)."""
     if first:
@@ -63,7 +66,7 @@ def emit_running_best(w, score: str, code: str, expr: str, bits: str, first: boo
         w(f"    {code} = tl.where(u, {bits}, {code})")
 
 
-def emit_search(w, score: str, code: str) -> None:
+def emit_search(w: Callable[[str], None], score: str, code: str) -> None:
     """Emit the exhaustive transposable search over pair sums ``p{row}_{pair}`` (already emitted):
     the best of the 19 count-vector groups of rows 0-1 plus the complementary group of rows 2-3,
     leaving the best score in ``score`` and its 16-bit mask code in ``code``."""

@@ -5,6 +5,7 @@ grad, weight and mask, write grad."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -59,10 +60,10 @@ MASKED_DECAY = KernelBench(
 
 
 @MASKED_DECAY.variant(baseline=True, gate=False, doc="plain PyTorch reference (out of place)")
-def reference(inp: Inputs):
+def reference(inp: Inputs) -> Callable[[], object]:
     return lambda: masked_decay_reference(inp.grad, inp.weight, inp.mask, ALPHA)
 
 
 @MASKED_DECAY.variant(doc="Triton kernel, in place (capturable)")
-def triton(inp: Inputs):
+def triton(inp: Inputs) -> Callable[[], object]:
     return lambda: masked_decay_nocheck_(inp.grad, inp.weight, inp.mask, ALPHA)

@@ -6,6 +6,7 @@ checkable. Bytes: read x once, write the output once."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -54,11 +55,11 @@ MVUE = KernelBench(
 
 
 @MVUE.variant(baseline=True, gate=False, doc="plain PyTorch reference from the same uniforms")
-def reference(inp: Inputs):
+def reference(inp: Inputs) -> Callable[[], object]:
     u = mvue24_uniforms(SEED, inp.x.numel() // 4, inp.x.device)
     return lambda: mvue24_reference(inp.x, u=u)
 
 
 @MVUE.variant(doc="Triton kernel, seed on the device (capturable)")
-def triton(inp: Inputs):
+def triton(inp: Inputs) -> Callable[[], object]:
     return lambda: mvue24_nocheck(inp.x, seed_tensor=inp.seed)

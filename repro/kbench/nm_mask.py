@@ -4,6 +4,7 @@ equal to the stable-sort reference. Bytes: read W, write a byte mask."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -50,10 +51,10 @@ NM_MASK = KernelBench(
 
 
 @NM_MASK.variant(baseline=True, gate=False, doc="stable sort per group, plain PyTorch")
-def reference(inp: Inputs):
+def reference(inp: Inputs) -> Callable[[], object]:
     return lambda: nm_mask_reference(inp.w, 2, 4)
 
 
 @NM_MASK.variant(doc="one Triton pass (kernels._flex_triton group kernel, fixed n)")
-def triton(inp: Inputs):
+def triton(inp: Inputs) -> Callable[[], object]:
     return lambda: nm_mask(inp.w, 2, 4, check_finite=False)
