@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from repro.dashboard_claims import claims_page
 from repro.paper import paper_index
 from repro.results import PROVENANCE_COLUMNS, InputError, check_device_slug, contained_path, load_suite_results
 from repro.staleness import frame_staleness
@@ -384,6 +383,7 @@ def build_site(
 ) -> Path:
     """Write the site into ``out`` and return the path of ``index.html``. ``out`` must be missing,
     empty or a site built here before (its contents are replaced); else an InputError."""
+    from repro.dashboard_claims import claims_page  # it reuses this module's helpers
     from repro.provenance import REPO
     from suites import SUITES, get_suite
 
@@ -401,8 +401,8 @@ def build_site(
 
     pi = paper_index()
     idx = pi[["paper", "artifact", "source", "title"]].to_dict("records")
-    notes = {(r.paper, r.artifact): f"{r.title} {r.status_note}".lower() for r in pi.fillna("").itertuples()}
     reasons = {(r.paper, r.artifact): r.status_note for r in pi.fillna("").itertuples()}
+    notes = {k: f"{t} {reasons[k]}".lower() for k, t in zip(reasons, pi["title"].fillna(""), strict=True)}
     known = {(r["paper"], r["artifact"]) for r in idx}
     for mod in mods.values():  # suites without a row in the paper index (e.g. a text section)
         if (mod.PAPER, mod.ARTIFACT) not in known:
@@ -428,8 +428,11 @@ def build_site(
         else:
             summary = ""
         cells[key] = (status, caveat, summary, f"{name}.html" if has else None, _gpus(df) if has else "", name)
+    verdicts = {k: (v[0], v[3]) for k, v in cells.items()}
     for key in [k for k in cells if k[1] == "text_claims" and not cells[k][5]]:  # claims made in prose
-        status, caveat, summary, page = claims_page(key[0], {k: (v[0], v[3]) for k, v in cells.items()}, out, _page)
+        status, caveat, summary, body = claims_page(key[0], verdicts)
+        page = f"{key[0]}_text_claims.html"
+        (out / page).write_text(_page(f"{key[0]}: numeric claims of the text", body), encoding="utf-8")
         cells[key] = (status, caveat, summary, page, "", None)
     rows = []
     counts: dict[str, int] = {}

@@ -4,10 +4,7 @@ made in prose is followed to the artifact row whose verdict applies instead of r
 
 from __future__ import annotations
 
-import html
-from collections.abc import Callable
-from pathlib import Path
-
+from repro.dashboard import _e
 from repro.paper import text_claim_checks
 
 STATUS = "cross-referenced"  # every claim of the paper is measured, set, tested or context elsewhere
@@ -21,22 +18,14 @@ KIND_WORDS = {
 }
 
 
-def _e(x: object) -> str:
-    return html.escape(str(x), quote=True)
-
-
 def _value(v: float, unit: str) -> str:
     return f"{v:.4g}" if unit in ("", "dimensionless") else f"{v:.4g} {unit}"
 
 
-def claims_page(
-    paper: str, artifacts: dict[tuple[str, str], tuple[str, str | None]], out: Path, page: Callable[[str, str], str]
-) -> tuple[str, str, str, str]:
-    """Write ``<paper>_text_claims.html`` into ``out`` and return (status, caveat, summary, file name).
-
-    ``artifacts`` maps (paper, artifact) to (its status on the overview, its page or None); ``page``
-    wraps a body into a whole HTML page. The status is "not yet" where any claim needs something
-    not built here, else :data:`STATUS`."""
+def claims_page(paper: str, artifacts: dict[tuple[str, str], tuple[str, str | None]]) -> tuple[str, str, str, str]:
+    """(status, caveat, summary, page body) for ``paper``'s text claims. ``artifacts`` maps
+    (paper, artifact) to (its status on the overview, its page or None). The status is "not yet"
+    where any claim needs something not built here, else :data:`STATUS`."""
     df = text_claim_checks(paper)
     rows = []
     for r in df.itertuples(index=False):
@@ -69,9 +58,7 @@ def claims_page(
         f"what this project does not have.</p><p>{_e(summary)}.</p>"
         f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
     )
-    name = f"{paper}_text_claims.html"
-    (out / name).write_text(page(f"{paper}: numeric claims of the text", body), encoding="utf-8")
     missing = df[df["kind"] == "not built"]
     if not missing.empty:
-        return "not yet", f"{len(missing)} of {len(df)} claims need what is not built here", summary, name
-    return STATUS, "each claim is measured, set or tested where the page says", summary, name
+        return "not yet", f"{len(missing)} of {len(df)} claims need what is not built here", summary, body
+    return STATUS, "each claim is measured, set or tested where the page says", summary, body
