@@ -4,8 +4,14 @@ made in prose is followed to the artifact row whose verdict applies instead of r
 
 from __future__ import annotations
 
-from repro.dashboard import _e
+from html import escape
+
 from repro.paper import text_claim_checks
+
+
+def _e(x: object) -> str:
+    return escape(str(x))  # quotes too: values go into attributes
+
 
 STATUS = "cross-referenced"  # every claim of the paper is measured, set, tested or context elsewhere
 # What a kind of check says, in the page's words.
