@@ -21,9 +21,11 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
+from repro.dashboard_claims import claims_page
 from repro.paper import paper_index
 from repro.results import PROVENANCE_COLUMNS, InputError, check_device_slug, contained_path, load_suite_results
 from repro.staleness import frame_staleness
@@ -378,12 +380,22 @@ def _clear_out(out: Path) -> None:
     (out / MARKER).write_text("built by python -m repro dashboard; the folder is replaced on rebuild\n", "utf-8")
 
 
+class _Cell(NamedTuple):
+    """One artifact's row on the overview."""
+
+    status: str
+    caveat: str
+    summary: str
+    page: str | None  # its page in the site, if it has one
+    gpus: str
+    suite: str | None  # the suite that rebuilds it (snakemake <suite>)
+
+
 def build_site(
     results_dir: Path | str | None = None, figures_dir: Path | str | None = None, out: Path | str = "site"
 ) -> Path:
     """Write the site into ``out`` and return the path of ``index.html``. ``out`` must be missing,
     empty or a site built here before (its contents are replaced); else an InputError."""
-    from repro.dashboard_claims import claims_page  # it reuses this module's helpers
     from repro.provenance import REPO
     from suites import SUITES, get_suite
 
@@ -401,14 +413,17 @@ def build_site(
 
     pi = paper_index()
     idx = pi[["paper", "artifact", "source", "title"]].to_dict("records")
-    reasons = {(r.paper, r.artifact): r.status_note for r in pi.fillna("").itertuples()}
-    notes = {k: f"{t} {reasons[k]}".lower() for k, t in zip(reasons, pi["title"].fillna(""), strict=True)}
+    reasons: dict[tuple[str, str], str] = {}  # why the index says an artifact is not built yet
+    notes: dict[tuple[str, str], str] = {}  # title and reason, what _status reads
+    for r in pi.fillna("").itertuples():
+        reasons[(r.paper, r.artifact)] = r.status_note
+        notes[(r.paper, r.artifact)] = f"{r.title} {r.status_note}".lower()
     known = {(r["paper"], r["artifact"]) for r in idx}
     for mod in mods.values():  # suites without a row in the paper index (e.g. a text section)
         if (mod.PAPER, mod.ARTIFACT) not in known:
             idx.append({"paper": mod.PAPER, "artifact": mod.ARTIFACT, "source": "", "title": mod.TITLE})
     by_artifact = {(m.PAPER, m.ARTIFACT): n for n, m in mods.items()}
-    cells = {}  # (paper, artifact) -> status, caveat, summary, page, gpus, rebuild command
+    cells: dict[tuple[str, str], _Cell] = {}
     for r in idx:
         key = (r["paper"], r["artifact"])
         name = by_artifact.get(key)
@@ -427,13 +442,13 @@ def build_site(
                 summary = _ratio_summary(_safe_compare(mods[name], run))
         else:
             summary = ""
-        cells[key] = (status, caveat, summary, f"{name}.html" if has else None, _gpus(df) if has else "", name)
-    verdicts = {k: (v[0], v[3]) for k, v in cells.items()}
-    for key in [k for k in cells if k[1] == "text_claims" and not cells[k][5]]:  # claims made in prose
+        cells[key] = _Cell(status, caveat, summary, f"{name}.html" if has else None, _gpus(df) if has else "", name)
+    verdicts = {k: (c.status, c.page) for k, c in cells.items()}
+    for key in [k for k, c in cells.items() if k[1] == "text_claims" and not c.suite]:  # claims made in prose
         status, caveat, summary, body = claims_page(key[0], verdicts)
         page = f"{key[0]}_text_claims.html"
         (out / page).write_text(_page(f"{key[0]}: numeric claims of the text", body), encoding="utf-8")
-        cells[key] = (status, caveat, summary, page, "", None)
+        cells[key] = _Cell(status, caveat, summary, page, "", None)
     rows = []
     counts: dict[str, int] = {}
     for r in idx:
