@@ -3,6 +3,7 @@ strongest-baseline ratio printed on its bar, the results' commit in the title.""
 
 from __future__ import annotations
 
+import warnings
 from unittest import mock
 
 import matplotlib.pyplot as plt
@@ -50,3 +51,20 @@ def test_plot_keeps_legends_off_the_bars_and_prints_the_ratios(tmp_path) -> None
 def test_plot_writes_both_files(tmp_path) -> None:
     paths = figure3.plot(_rows(), tmp_path / "figure3")
     assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 0 for p in paths)
+
+
+def test_training_rows_leave_a_ratio_over_a_zero_time_blank() -> None:
+    """A window with no regeneration has zero mask time: its ratios are blank, not NaN with a
+    numpy warning (the smoke profile's every-10 rows once did this)."""
+    rows = [
+        {"shape": "smoke-64", "variant": "TBS(8,8) every=10", "method": m, "metric": metric, "value": v}
+        for m, step in (("fast", 5.0), ("torch", 4.0), ("vegeta", 4.5))
+        for metric, v in (("step_time", step), ("mask_time_per_step", 0.0))
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = figure3._training_rows(pd.DataFrame(rows)).set_index("pattern")
+    masks = t.loc[[p for p in t.index if p.endswith("mask ms per step")][0]]
+    assert masks[["fast_vs_torch", "fast_vs_vegeta", "fast_vs_strongest"]].isna().all()
+    step = t.loc[[p for p in t.index if p.endswith("step ms")][0]]
+    assert step["fast_vs_torch"] == 4.0 / 5.0 and step["fast_vs_strongest"] == 4.0 / 5.0
