@@ -34,6 +34,7 @@ speedups of MAP-NEO 7B under model parallelism: not measured here (a separate su
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from pathlib import Path
 
@@ -391,13 +392,14 @@ def _training_steps(ctx: RunContext) -> None:
         if ctx.profile == "full"
         else LlamaConfig(hidden=64, ffn=128, layers=2, heads=4, vocab=256, seq_len=32)
     )
-    # the timed steps a multiple of 10, so the every-10 rows time one regeneration a period
-    batch, steps = (4, 20) if ctx.profile == "full" else (2, 10)
+    periods = (1, 10)  # masks regenerated every step, and every 10 steps
+    # the timed steps a multiple of every period, so each row times whole regeneration periods
+    batch, steps = (4, 20) if ctx.profile == "full" else (2, math.lcm(*periods))
     warmup = 2
     pattern = TBS(8)
     model_name = "map-neo-460m" if ctx.profile == "full" else "smoke-64"
     for method in (*BASELINES, "fast"):
-        for every in (1, 10):
+        for every in periods:
             torch.manual_seed(0)
             model = LlamaModel(cfg).to(ctx.device)
             linears = sparse_linears(model)

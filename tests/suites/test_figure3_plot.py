@@ -64,7 +64,7 @@ def test_training_rows_leave_a_ratio_over_a_zero_time_blank() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         t = figure3._training_rows(pd.DataFrame(rows)).set_index("pattern")
-    masks = t.loc[[p for p in t.index if p.endswith("mask ms per step")][0]]
+    masks = t[t.index.str.endswith("mask ms per step")].iloc[0]
     assert masks[["fast_vs_torch", "fast_vs_vegeta", "fast_vs_strongest"]].isna().all()
-    step = t.loc[[p for p in t.index if p.endswith("step ms")][0]]
+    step = t[t.index.str.endswith(": step ms")].iloc[0]
     assert step["fast_vs_torch"] == 4.0 / 5.0 and step["fast_vs_strongest"] == 4.0 / 5.0
