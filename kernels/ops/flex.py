@@ -642,7 +642,13 @@ class FlexMasker:
 
 def mask_quality(w: torch.Tensor, mask: torch.Tensor, pattern: Pattern, density: float) -> dict[str, float]:
     """Achieved density and its error, retained |W| relative to the unconstrained top-k (same
-    count), and pattern validity (1.0 / 0.0)."""
+    count), and pattern validity (1.0 / 0.0). Raises on a mask of another shape or device, a
+    density outside [0, 1] and non-finite weights (whose retained share means nothing)."""
+    check_tensor("w", w, dtypes=FLOAT_DTYPES)
+    check_tensor("mask", mask, dtypes=(torch.bool,))
+    common.check_same_shape(w=w, mask=mask)
+    common.check_same_device(w=w, mask=mask)
+    density = check_density(density)
     k = round(density * w.numel())
     mag = w.detach().abs().float().flatten()
     topk = mag.topk(k).values.sum().item() if k else 0.0

@@ -148,7 +148,8 @@ class TorchFlexMasker:
     device work only. ``compile=True`` wraps the per-weight mask function and the pivot in
     ``torch.compile`` (fullgraph): the compiled form of the same code, with static shapes, but for
     TBS(x >= 8), whose mask function is compiled once for every weight shape (``masks_any_shape``).
-    Returns new mask tensors on every call.
+    Returns new mask tensors on every call; ``masker(check=False)`` skips the non-finite check, the
+    call's one host read.
     """
 
     def __init__(
@@ -192,16 +193,22 @@ class TorchFlexMasker:
         return self._pivot_of_flat(torch.cat([w.reshape(-1) for w in self.weights]), self.k)
 
     @torch.no_grad()
-    def __call__(self) -> list[torch.Tensor]:
+    def __call__(self, *, check: bool = True) -> list[torch.Tensor]:
+        """The masks of the current weights (new tensors). ``check`` (as ``FlexMasker``'s): raise
+        on NaN or Inf weights, which costs one host read after the masks are queued; ``check=False``
+        keeps the call device-only (timing, CUDA-graph capture)."""
         # every (shape, pattern, method) is its own static graph: allow as many as a suite needs
         with recompile_limit(1024) if self.compiled else contextlib.nullcontext():
             if needs_pivot(self.pattern):
                 pivot, tie = self._pivot()
             else:
                 pivot, tie = self._zero, self._one
-            return [
+            masks = [
                 self._mask(w, self.pattern, self.method, self.configs, pivot, tie, self.table) for w in self.weights
             ]
+        if check and not bool(torch.stack([torch.isfinite(w).all() for w in self.weights]).all()):
+            raise ValueError("weights contain NaN or Inf; refusing to compute masks on non-finite values")
+        return masks
 
 
 @functools.cache

@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.ops.common import FLOAT_DTYPES, check_divisible, check_tensor, use_triton
+from kernels.ops.common import FLOAT_DTYPES, check_divisible, check_int, check_tensor, use_triton
 
 
 def _enumerate_patterns() -> torch.Tensor:
@@ -112,6 +112,7 @@ def transposable_mask_approx2(
     elementwise ops over all tiles; no host syncs.
     """
     _check(w, n, m, check_finite)
+    check_int("chunk_tiles", chunk_tiles, lo=1)
     r, c = w.shape
     tiles = as_tiles(w.abs()).reshape(-1, 16)
     out = torch.empty(tiles.shape, dtype=torch.bool, device=w.device)

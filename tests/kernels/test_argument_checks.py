@@ -11,11 +11,12 @@ import torch
 
 from kernels.layers.sparse_linear import SparseLinear
 from kernels.ops.common import check_int
-from kernels.ops.flex import FlexMasker, flex_mask
+from kernels.ops.flex import FlexMasker, flex_mask, mask_quality
 from kernels.ops.mvue import mvue24, mvue24_reference
 from kernels.ops.nm_mask import nm_mask, nm_mask_reference
 from kernels.ops.patterns import NM, TBS, Unstructured, Vegeta
 from kernels.ops.pivot import find_pivot, find_pivot_stats
+from kernels.ops.transposable import transposable_mask_approx2
 
 BAD_SEEDS = [
     ("1", TypeError),
@@ -173,3 +174,34 @@ def test_load_sparse_state_dict_names_missing_keys():
         assert all(repr(k) in msg for k in missing), msg
         assert "SparseLinear(in_features=16, out_features=16" in msg, msg
     layer.load_sparse_state_dict(state)  # the complete state still loads
+
+
+# -- mask_quality and transposable_mask_approx2 (a hostile-input audit, session 51) ----------------
+
+
+@pytest.mark.parametrize(
+    "change, exc, match",
+    [
+        (lambda w, m, d: (w, m[:8], d), ValueError, "one shape"),
+        (lambda w, m, d: (w, m.float(), d), TypeError, "mask has dtype"),
+        (lambda w, m, d: (w, m, 1.5), ValueError, "density"),
+        (lambda w, m, d: (w, m, float("nan")), ValueError, "density"),
+        (lambda w, m, d: (w.masked_fill(m, float("nan")), m, d), ValueError, "NaN or Inf"),
+        (lambda w, m, d: (w.to(torch.int32), m, d), TypeError, "w has dtype"),
+    ],
+)
+def test_mask_quality_refuses_what_it_cannot_score(change, exc, match):
+    """Before: a raw broadcasting or topk error for a wrong shape or density, and a number for NaN
+    weights (a silently meaningless retained share)."""
+    w = torch.randn(16, 64, generator=torch.Generator().manual_seed(3))
+    m = flex_mask(w, TBS(8), 0.5)
+    assert mask_quality(w, m, TBS(8), 0.5)["valid"] == 1.0
+    w2, m2, d2 = change(w, m, 0.5)
+    with pytest.raises(exc, match=match):
+        mask_quality(w2, m2, TBS(8), d2)
+
+
+@pytest.mark.parametrize("chunk, exc", [(0, ValueError), (-4, ValueError), (2.0, TypeError)])
+def test_approx2_refuses_a_bad_chunk(chunk, exc):
+    with pytest.raises(exc, match="chunk_tiles"):
+        transposable_mask_approx2(torch.randn(8, 8), chunk_tiles=chunk)

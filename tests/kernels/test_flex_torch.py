@@ -113,7 +113,7 @@ def test_no_host_sync_inside_a_call(pattern, method, no_host_sync):
     masker = TorchFlexMasker(ws, pattern, d, method)  # set-up may read values (validation)
     want = [m.clone() for m in masker()]
     no_host_sync()
-    got = masker()
+    got = masker(check=False)
     with pytest.raises(_HostSync):  # the fixture is armed
         bool(torch.ones(1))
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
@@ -231,6 +231,24 @@ def test_compiled_masker_graph_inputs(monkeypatch):
     assert options["_masks_of_weight_any_shape"] == {"fx_graph_cache": False}
 
 
+@pytest.mark.parametrize("pattern", [TBS(4), TBS(8), Vegeta(4), NM(2, 4)], ids=str)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_call_refuses_nonfinite_weights_unless_told_not_to_check(pattern, bad):
+    ws = weights(torch.float32, 3)
+    masker = TorchFlexMasker(ws, pattern, density_for(pattern, 0.5), "torch")
+    ws[-1][1, 2] = bad  # after set-up: the masker reads the weights in place
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        masker()
+    assert len(masker(check=False)) == len(ws)  # the device-only call: no check, no host read
+
+
+def test_the_host_sync_check_catches_the_checked_call(no_host_sync):
+    masker = TorchFlexMasker(weights(torch.float32, 3), TBS(4), 0.5, "torch")
+    no_host_sync()
+    with pytest.raises(_HostSync):  # the default call reads the device once: its check
+        masker()
+
+
 def test_bad_input():
     w = torch.randn(64, 128)
     with pytest.raises(ValueError, match="baseline method"):
@@ -261,7 +279,7 @@ def test_gpu_graph_capture_equals_reference(pattern, method, compiled):
     out: list[torch.Tensor] = []
 
     def call():
-        out[:] = masker()
+        out[:] = masker(check=False)
 
     graph = capture_graph(call)  # raises if a call syncs with the host
     for m in out:
