@@ -201,7 +201,7 @@ def _print_compare(mod, df) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from repro.results import load_suite_results
+    from repro.results import check_device_slug, load_suite_results
     from suites import get_suite
 
     mod = get_suite(args.suite)
@@ -210,7 +210,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"no results for {args.suite} yet; run: python -m repro run {args.suite}", file=sys.stderr)
         return 1
     if args.device:
-        df = df[df["device"] == args.device]
+        stored = sorted(df["device"].unique())
+        df = df[df["device"] == check_device_slug(args.device, "--device")]
+        if df.empty:  # before: printed nothing and returned 0 (a typo looked like an empty table)
+            print(f"no results for {args.suite} on {args.device}; stored devices: {', '.join(stored)}", file=sys.stderr)
+            return 1
     for (_dev, _prof), part in df.groupby(["device", "profile"], sort=True):
         _print_compare(mod, part)
     return 0
@@ -610,3 +614,6 @@ def main(argv: list[str] | None = None) -> int:
         msg = " ".join(str(exc).split())
         print(f"repro {args.cmd}: error: {msg}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (``repro compare x | head``): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own advice
+        return 1

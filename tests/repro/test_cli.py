@@ -136,3 +136,26 @@ def test_plot_one_device(tmp_path: Path, capsys) -> None:
     assert (figs / "cpu" / "table2.png").is_file()
     assert cli_main([*base, "--device", "../cpu"]) == 2
     assert "is not a device name" in _one_line(capsys.readouterr().err)
+
+
+def test_compare_names_a_device_without_rows(capsys) -> None:
+    """Before: an unknown --device printed nothing and exited 0, so a typo read as an empty table."""
+    base = ["compare", "table2", "--results-dir", str(FIXTURE / "results")]
+    assert cli_main([*base, "--device", "cpu"]) == 0
+    assert "paper vs ours" in capsys.readouterr().out
+    assert cli_main([*base, "--device", "nvidia-h200"]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert "no results for table2 on nvidia-h200" in line and f"stored devices: cpu, {GPU}" in line
+    assert cli_main([*base, "--device", "../cpu"]) == 2
+    assert "is not a device name" in _one_line(capsys.readouterr().err)
+
+
+def test_compare_into_a_closed_pipe_stops_quietly() -> None:
+    """``repro compare x | head -1``: the reader goes away; before, a BrokenPipeError traceback."""
+    cmd = [sys.executable, "-m", "repro", "compare", "table2", "--results-dir", str(FIXTURE / "results")]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away after one line
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
