@@ -345,10 +345,10 @@ def _heuristic_gap(ctx: RunContext, gen: torch.Generator) -> None:
 class _HeldMaskFn:
     """A mask function for the trainer: one masker for the model's weights, built at the first
     call (again if the weights are replaced). The trainer copies the masks into its own buffers,
-    so FlexMasker's buffer is returned as it is (no copy). FlexMasker runs without its
-    per-call check (``check=False``: reading its non-finite count is a host sync at every
-    regeneration, which the baselines' maskers do not make); its counts are kept on the device and
-    read once, after the timed steps, by :meth:`check_finite`."""
+    so FlexMasker's buffer is returned as it is (no copy). Every masker runs without its
+    per-call check (``check=False``: a host read at every regeneration); FlexMasker's non-finite
+    counts are kept on the device and read once, after the timed steps, by :meth:`check_finite`
+    (the baselines' would show as a NaN loss)."""
 
     def __init__(self, make) -> None:
         self.make, self.masker, self.key = make, None, None
