@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,8 @@ KEEP_OTHER_SHAPES = frozenset({"table8", "fast_figure3_e2e"})
 """Suites run in parts by model (``REPRO_TABLE8_MODELS``, ``FAST_E2E_MODELS`` and world size): a
 part replaces only its own models' rows."""
 GATE_FILES = ("aa_vs_committed.json", "aa_vs_committed.log")
+TEST_OUTPUTS = ("pytest.txt", "junit.xml")
+"""A job's test output (the GPU tests job), kept beside the campaign's logs."""
 
 
 def unpack(tarball: Path, into: Path) -> Path:
@@ -101,11 +104,25 @@ def job_states(persist: Path) -> list[tuple[str, str]]:
 
 
 def copy_logs(persist: Path, dest: Path) -> None:
+    """The queue's logs and status, and each job's test output (``<job>-pytest.txt``, ``<job>-junit.xml``)."""
     dest.mkdir(parents=True, exist_ok=True)
     queue = persist / "queue"
     for f in [*sorted((queue / "logs").glob("*.log")), *(queue / n for n in ("status.json", "queue.log", "gpu.txt"))]:
         if f.exists():
             shutil.copy2(f, dest / f.name)
+    for name in TEST_OUTPUTS:
+        for f in sorted((persist / "r").glob(f"*/{name}")):
+            shutil.copy2(f, dest / f"{f.parent.name}-{name}")
+
+
+def gpu_slug_of(persist: Path) -> str | None:
+    """The device folder named by the queue's ``gpu.txt`` (nvidia-smi's CSV: the first GPU's name), or None."""
+    gpu_txt = persist / "queue" / "gpu.txt"
+    lines = gpu_txt.read_text().splitlines() if gpu_txt.exists() else []
+    if len(lines) < 2 or len(lines[1].split(",")) < 2:
+        return None
+    slug = re.sub(r"[^a-z0-9]+", "-", lines[1].split(",")[1].strip().lower()).strip("-")
+    return slug if DEVICE_SLUG_RE.fullmatch(slug) else None
 
 
 def copy_gate(persist: Path, sha: str, benchmarks: Path) -> list[str]:
@@ -147,9 +164,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"copied run {run}")
             for dest in copy_gate(persist, args.sha, args.into / "benchmarks"):
                 print(f"gate folders -> {dest}")
-        slugs = sorted({p.parent.name for p in merged.values()}) or sorted(
-            p.name for p in results.glob("*/*") if p.is_dir() and DEVICE_SLUG_RE.fullmatch(p.name)
-        )
+        # the device folder: a merged suite's, else the GPU the queue saw (a campaign of tests or the
+        # gate alone has no suite rows; its job folders hold results/, not a device folder)
+        slugs = sorted({p.parent.name for p in merged.values()}) or [s for s in [gpu_slug_of(persist)] if s]
+        if not slugs:
+            print("no device folder known (no suite rows, no gpu.txt): logs not copied", file=sys.stderr)
         for slug in slugs[:1]:
             copy_logs(persist, args.into / slug / f"campaign-{args.sha}")
             print(f"logs -> {args.into / slug / f'campaign-{args.sha}'}")

@@ -90,6 +90,39 @@ def test_campaign_merge_puts_everything_in_place(tmp_path: Path, capsys) -> None
         assert line in out, out
 
 
+def test_a_campaign_without_suite_rows_keeps_its_logs_under_the_gpu_of_gpu_txt(tmp_path: Path) -> None:
+    """GPU tests and the gate only (session 53): no suite rows name the device folder, so gpu.txt does;
+    before, the logs went to results/results/ (a job folder's results/ taken for a device) or nowhere."""
+    p = tmp_path / "src" / ".persist"
+    tests = p / "r" / "gpu-tests"
+    tests.mkdir(parents=True)
+    (tests / "pytest.txt").write_text("115 passed\n")
+    (tests / "junit.xml").write_text("<testsuites/>\n")
+    gate = p / "r" / "gate" / "results" / "benchmarks" / "nvidia-h100-80gb-hbm3" / "gate-check"
+    gate.mkdir(parents=True)
+    (gate / "summary.json").write_text("{}")
+    (p / "queue" / "logs").mkdir(parents=True)
+    (p / "queue" / "logs" / "gpu-tests.log").write_text("log\n")
+    (p / "queue" / "gpu.txt").write_text(
+        "index, name, driver_version\n0, NVIDIA H100 80GB HBM3, 580.159.04\ntorch 2.11.0 triton 3.6.0\n"
+    )
+    tarball = tmp_path / "campaign.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(p, arcname=".persist")
+    into = tmp_path / "results"
+    assert campaign_merge([str(tarball), "abc1234", "--into", str(into), "--no-plot"]) == 0
+    camp = into / "nvidia-h100-80gb-hbm3" / "campaign-abc1234"
+    assert sorted(q.name for q in camp.iterdir()) == [
+        "gpu-tests-junit.xml",
+        "gpu-tests-pytest.txt",
+        "gpu-tests.log",
+        "gpu.txt",
+    ]
+    assert (camp / "gpu-tests-pytest.txt").read_text() == "115 passed\n"
+    assert not (into / "results").exists()
+    assert (into / "benchmarks" / "nvidia-h100-80gb-hbm3" / "gate-abc1234" / "gate-check" / "summary.json").exists()
+
+
 def test_campaign_merge_refuses_a_member_outside_the_folder(tmp_path: Path) -> None:
     bad = tmp_path / "bad.tar.gz"
     evil = tmp_path / "evil.txt"
