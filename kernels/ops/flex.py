@@ -305,6 +305,34 @@ def flex_mask_reference(
     return pattern.untile(pattern.select(mags, n), tuple(w.shape))
 
 
+class WeightsGuard:
+    """What a masker's weights were at set-up (storage, shape, dtype), checked at every call.
+
+    Why: a masker reads views of the weights it was given, so ``param.data = new`` (or a resize)
+    after set-up would leave it masking the old storage: a silent wrong answer. ``check()`` is
+    host-only (no device work, no sync), so it runs under CUDA-graph capture too. A weight
+    replaced as a whole (``module.weight = nn.Parameter(...)``) cannot be seen here: the masker
+    holds the old object; build a new masker for it."""
+
+    def __init__(self, weights: list[torch.Tensor], owner: str) -> None:
+        self.weights, self.owner = list(weights), owner
+        self.keys = [self._key(w) for w in self.weights]
+
+    @staticmethod
+    def _key(w: torch.Tensor) -> tuple[int, tuple[int, ...], torch.dtype, torch.device]:
+        return w.data_ptr(), tuple(w.shape), w.dtype, w.device
+
+    def check(self) -> None:
+        """Raise RuntimeError if any weight's storage, shape, dtype or device changed since set-up."""
+        for i, (w, key) in enumerate(zip(self.weights, self.keys, strict=True)):
+            if self._key(w) != key:
+                raise RuntimeError(
+                    f"weights[{i}] was replaced or resized after the {self.owner} was set up (its storage, "
+                    f"shape, dtype or device changed, e.g. `param.data = ...`); the masker would mask the old "
+                    f"storage. Update weights in place (optimizers do) or build a new {self.owner}."
+                )
+
+
 class FlexMasker:
     """FAST masks of weights that share one pivot (a block, a model, a shard), set up once and
     called at every regeneration: ``masks = masker()``.
@@ -325,7 +353,8 @@ class FlexMasker:
     ``MULTI_MAX_VALUES``, where the GPU and Triton allow it) chains the launches with
     programmatic dependent launch, so each launches while the one before it runs (same
     results). The weights are read through views taken here: update them in place (optimizers
-    do), do not replace them.
+    do); a call raises RuntimeError on a weight whose storage, shape or dtype changed since
+    (``param.data = ...``, a resize: ``WeightsGuard``).
 
     ``masker(check=True)`` reads the device non-finite count once, after every launch, and raises
     ValueError on NaN/Inf weights (the masks are then meaningless). ``check=False`` (for CUDA-graph
@@ -384,6 +413,7 @@ class FlexMasker:
         self.pattern = pattern
         self.seed = _check_seed(seed)
         self.weights = [w.detach() for w in ws]
+        self._guard = WeightsGuard(ws, "FlexMasker")
         self.device = ws[0].device
         self.dtype = ws[0].dtype
         self.n = sum(w.numel() for w in ws)
@@ -554,6 +584,7 @@ class FlexMasker:
 
     def __call__(self, *, check: bool = True) -> list[torch.Tensor]:
         """The masks of the current weights (preallocated; overwritten by the next call)."""
+        self._guard.check()
         if not self._needs_pivot:
             return self._fixed_call(check)
         if not self._device_pivot:
@@ -669,6 +700,7 @@ def mask_quality(w: torch.Tensor, mask: torch.Tensor, pattern: Pattern, density:
 
 __all__ = [
     "FlexMasker",
+    "WeightsGuard",
     "tie_share",
     "METHODS",
     "NM",

@@ -30,7 +30,7 @@ from collections.abc import Callable
 import torch
 
 from kernels.ops.common import FLOAT_DTYPES, check_tensor
-from kernels.ops.flex import bracket, check_flex_args, needs_pivot
+from kernels.ops.flex import WeightsGuard, bracket, check_flex_args, needs_pivot
 from kernels.ops.patterns import TBS, Pattern, Unstructured, regular_patterns
 from kernels.ops.pivot import kth_largest
 
@@ -175,6 +175,7 @@ class TorchFlexMasker:
             pattern.check_shape(tuple(w.shape))
         self.pattern, self.method = pattern, method
         self.weights = [w.detach() for w in ws]
+        self._guard = WeightsGuard(ws, "TorchFlexMasker")  # a call refuses weights replaced since
         self.k = round(self.density * sum(w.numel() for w in ws))
         device = ws[0].device
         self.configs = torch.tensor(pattern.configs, dtype=torch.float32, device=device)
@@ -196,7 +197,9 @@ class TorchFlexMasker:
     def __call__(self, *, check: bool = True) -> list[torch.Tensor]:
         """The masks of the current weights (new tensors). ``check`` (as ``FlexMasker``'s): raise
         on NaN or Inf weights, which costs one host read after the masks are queued; ``check=False``
-        keeps the call device-only (timing, CUDA-graph capture)."""
+        keeps the call device-only (timing, CUDA-graph capture). Raises RuntimeError on a weight
+        replaced or resized since set-up (``WeightsGuard``: host-only)."""
+        self._guard.check()
         # every (shape, pattern, method) is its own static graph: allow as many as a suite needs
         with recompile_limit(1024) if self.compiled else contextlib.nullcontext():
             if needs_pivot(self.pattern):

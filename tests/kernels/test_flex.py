@@ -233,6 +233,28 @@ def test_masker_tracks_in_place_updates_and_reseed():
     assert all(torch.equal(a, b) for a, b in zip(kept, want, strict=True))
 
 
+@pytest.mark.parametrize("pattern", [TBS(4), NM(2, 4)], ids=str)
+@pytest.mark.parametrize("change", ["data", "resize", "dtype"])
+def test_masker_refuses_weights_replaced_after_set_up(pattern, change):
+    """Before: the masker kept masking the old storage (a silent wrong answer); now the call says so."""
+    from kernels.ops.flex import FlexMasker
+
+    ws = [torch.nn.Parameter(w, requires_grad=False) for w in _block()]
+    masker = FlexMasker(ws, pattern, 0.5, seed=1)
+    masker()
+    with torch.no_grad():
+        if change == "data":
+            ws[2].data = ws[2].data * 2.0  # new storage, same shape and dtype
+        elif change == "resize":
+            ws[2].data = ws[2].data[:-16]
+        else:
+            ws[2].data = ws[2].data.half()
+    with pytest.raises(RuntimeError, match=r"weights\[2\] was replaced or resized after the FlexMasker"):
+        masker()
+    with pytest.raises(RuntimeError, match="replaced or resized"):
+        masker(check=False)  # the device-only call checks too (host-only)
+
+
 @pytest.mark.parametrize(
     "dtype, pattern",
     [

@@ -242,6 +242,19 @@ def test_call_refuses_nonfinite_weights_unless_told_not_to_check(pattern, bad):
     assert len(masker(check=False)) == len(ws)  # the device-only call: no check, no host read
 
 
+@pytest.mark.parametrize("change", ["data", "resize"])
+def test_call_refuses_weights_replaced_after_set_up(change, no_host_sync):
+    ws = [torch.nn.Parameter(w, requires_grad=False) for w in weights(torch.float32, 4)]
+    masker = TorchFlexMasker(ws, TBS(4), 0.5, "torch")
+    with torch.no_grad():
+        ws[1].mul_(2.0)  # in place (an optimizer step): fine
+    no_host_sync()
+    assert len(masker(check=False)) == len(ws)  # the guard reads no device value
+    ws[1].data = ws[1].data.clone() if change == "data" else ws[1].data[:-4]
+    with pytest.raises(RuntimeError, match=r"weights\[1\] was replaced or resized after the TorchFlexMasker"):
+        masker(check=False)
+
+
 def test_the_host_sync_check_catches_the_checked_call(no_host_sync):
     masker = TorchFlexMasker(weights(torch.float32, 3), TBS(4), 0.5, "torch")
     no_host_sync()
