@@ -51,6 +51,8 @@ class RadixPivot:
             raise ValueError("tensors is empty: give at least one tensor")
         for i, t in enumerate(ts):
             check_tensor(f"tensors[{i}]", t, dtypes=FLOAT_DTYPES, finite=False)
+            if not t.is_contiguous():  # a reshape would copy: later in-place updates never seen
+                raise ValueError(f"tensors[{i}] is not contiguous (the passes read views of the tensors in place)")
         if len({t.dtype for t in ts}) != 1:  # one pointer type per launch (the kernel selects among 8)
             raise TypeError(f"tensors must share one dtype, got {sorted({str(t.dtype) for t in ts})}")
         if len({t.device for t in ts}) != 1:
@@ -153,7 +155,9 @@ class RadixPivot:
 def radix_pivot_and_tie(
     tensors: torch.Tensor | Sequence[torch.Tensor], density: float, group: dist.ProcessGroup | None = None
 ) -> tuple[float, float]:
-    """One-shot ``RadixPivot``: (pivot, tie share) as floats; raises ValueError on NaN/Inf."""
-    r = RadixPivot(tensors, density, group)
+    """One-shot ``RadixPivot``: (pivot, tie share) as floats; raises ValueError on NaN/Inf.
+    Non-contiguous tensors are read through a contiguous copy (one call: nothing to go stale)."""
+    ts = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+    r = RadixPivot([t.contiguous() if isinstance(t, torch.Tensor) else t for t in ts], density, group)
     r.pivot()
     return r.read()

@@ -79,6 +79,15 @@ def test_repeat_and_update_in_place(device):
         w.mul_(-1.5).add_(0.01)
 
 
+def test_refuses_non_contiguous_and_one_shot_reads_it():
+    """A non-contiguous tensor would be read through a copy made at set-up, so in-place updates
+    would never show (a stale pivot, silently): the class refuses it; the one-shot reads a copy."""
+    w = torch.randn(64, 32).t()
+    with pytest.raises(ValueError, match="not contiguous"):
+        RadixPivot([w], 0.5)
+    assert radix_pivot_and_tie(w, 0.5) == _want([w.contiguous()], 0.5)
+
+
 def test_paths_agree():
     """The plain-PyTorch passes and the kernels (interpreter or CUDA) give the same counts."""
     if not (triton_interpret() or torch.cuda.is_available()):
