@@ -112,12 +112,15 @@ class Sparse24Weight:
         return _search_config(self.compressed, x2d.t(), True, key)
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``x @ (W * mask).T (+ bias)``; x must have the weight's dtype and device on either
+        backend (the dense fallback once cast the weight to x's dtype: an int x truncated it)."""
+        check_tensor("x", x, dtypes=(self.dtype,), min_ndim=1, finite=False)
+        if x.device != self.pruned.device:
+            raise ValueError(f"x is on {x.device}, the weight on {self.pruned.device}")
         if x.shape[-1] != self.shape[1]:
             raise ValueError(f"x has {x.shape[-1]} features, weight expects {self.shape[1]}")
         if self.compressed is None:
-            return F.linear(x, self.pruned.to(x.dtype), bias)
-        if x.dtype != self.dtype:
-            raise TypeError(f"x dtype {x.dtype} != weight dtype {self.dtype}")
+            return F.linear(x, self.pruned, bias)
         x2d = x.reshape(-1, x.shape[-1])
         y = _cslt_mm(self.compressed, x2d.t(), self._config(x2d), transpose_result=True)
         y = y.reshape(*x.shape[:-1], self.shape[0])

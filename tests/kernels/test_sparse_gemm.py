@@ -28,6 +28,11 @@ def test_bad_inputs():
     sw = Sparse24Weight(w, quiet=True)
     with pytest.raises(ValueError, match="features"):
         sw.linear(torch.randn(2, 4))
+    # the dense fallback once cast the weight to x's dtype: an int x truncated it to integers
+    with pytest.raises(TypeError, match="dtype"):
+        sw.linear(torch.ones(2, 8, dtype=torch.int64))
+    with pytest.raises(TypeError, match="dtype"):
+        sw.linear(torch.ones(2, 8, dtype=torch.float64))
 
 
 @pytest.mark.gpu
