@@ -97,7 +97,7 @@ class TrainConfig:
     compile: bool = False
     amp: str = "bf16"  # autocast dtype on CUDA ("none": float32); CPU runs are float32
     # sparse recipe (Hu et al. 2024)
-    decay: float = 6e-5  # lambda_W; ignored by dense, half and ste
+    decay: float = 6e-5  # lambda_W; ignored by dense, half and ste; step / bimask: decay_on="grad" only
     decay_on: str = "grad"
     mvue: bool = True  # fst only
     dense_phase: str = "finetune"
@@ -159,6 +159,9 @@ class TrainConfig:
         real("weight_decay", 0.0)
         real("grad_clip", 0.0)
         real("decay", 0.0)
+        if self.mode in RECIPE_MODES and self.decay_on == "weight" and self.decay:
+            # the recipes' layers apply lambda_W on the gradient only: it would be silently dropped
+            raise ValueError(f"TrainConfig.decay_on='weight' is not supported for mode={self.mode!r}: use 'grad'")
         real("dense_fraction", 0.0, 1.0)
         betas = self.betas
         if isinstance(betas, list):

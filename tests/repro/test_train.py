@@ -113,6 +113,9 @@ def rows(path: Path) -> list[dict[str, str]]:
         ({"betas": (0.9,)}, "betas"),
         ({"decay": float("inf")}, "decay"),
         ({"mvue": "yes"}, "mvue"),
+        # the recipes apply lambda_W on the gradient only: on the weights it was silently dropped
+        ({"mode": "step", "decay": 1e-3, "decay_on": "weight"}, "decay_on"),
+        ({"mode": "bimask", "decay": 1e-3, "decay_on": "weight"}, "decay_on"),
     ],
 )
 def test_config_validation(kw, what):
