@@ -106,6 +106,7 @@ class FlexMaskedLinear(nn.Linear):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
+        from kernels.ops.common import check_int
         from kernels.ops.patterns import parse_pattern
 
         if mask not in PATTERNS:
@@ -113,7 +114,8 @@ class FlexMaskedLinear(nn.Linear):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.mode, self.pattern_name = mask, mask
         self.pattern = parse_pattern(PATTERNS[mask])
-        self.mask_interval, self.seed = int(mask_interval), int(seed)
+        self.mask_interval = check_int("mask_interval", mask_interval, lo=1)  # int() truncated 2.9 to 2, took 0
+        self.seed = int(seed)
         self.register_buffer("_mask", torch.ones(out_features, in_features, dtype=torch.bool), persistent=False)
         self._stale = True
         self._flip_count: torch.Tensor | None = None
@@ -158,9 +160,14 @@ class FlexMaskedLinear(nn.Linear):
     @torch.no_grad()
     def load_sparse_state_dict(self, state: dict[str, Any]) -> None:
         """Inverse of :meth:`sparse_state_dict`."""
+        if not isinstance(state, dict) or not {"mode", "mask", "stale"} <= state.keys():
+            raise ValueError("state must be a dict from sparse_state_dict() with keys mode, mask, stale")
         if state.get("mode") != self.mode:
             raise ValueError(f"state is for mask {state.get('mode')!r}, this layer has {self.mode!r}")
-        self._mask.copy_(state["mask"])
+        val = state["mask"]  # copy_ would broadcast a wrong shape and cast a wrong dtype silently
+        if not isinstance(val, torch.Tensor) or val.shape != self._mask.shape or val.dtype != torch.bool:
+            raise ValueError(f"state['mask'] must be a bool tensor of shape {tuple(self._mask.shape)}")
+        self._mask.copy_(val)
         self._stale = bool(state["stale"])
         self._flip_count = None
 

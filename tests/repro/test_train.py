@@ -480,3 +480,21 @@ def test_llama_config_validation():
     with pytest.raises(ValueError, match="TrainConfig.mask"):
         TrainConfig(mask="4:8")
     assert "arch" not in TrainConfig().to_dict() and TrainConfig(arch="llama", model="llama-tiny").to_dict()["arch"]
+
+
+def test_flex_masked_linear_refuses_bad_state_and_interval():
+    """A wrong-shaped mask was broadcast into the layer (all False, silently) and mask_interval
+    was truncated by int() (2.9 -> 2; 0 failed later with ZeroDivisionError)."""
+    from repro.train.flexmask import FlexMaskedLinear
+
+    lin = FlexMaskedLinear(16, 8, mask="4:8")
+    state = lin.sparse_state_dict()
+    lin.load_sparse_state_dict(state)  # its own state loads
+    for bad in (torch.ones(16, dtype=torch.bool), state["mask"].float(), None):
+        with pytest.raises(ValueError, match="mask"):
+            lin.load_sparse_state_dict({**state, "mask": bad})
+    with pytest.raises(ValueError, match="keys"):
+        lin.load_sparse_state_dict({"mode": "4:8"})
+    for interval, err in ((2.9, TypeError), (0, ValueError), (True, TypeError)):
+        with pytest.raises(err, match="mask_interval"):
+            FlexMaskedLinear(16, 8, mask="4:8", mask_interval=interval)
