@@ -652,11 +652,15 @@ def _check_16bit(tensors: torch.Tensor | Sequence[torch.Tensor], density: float)
         raise TypeError("all tensors must share one dtype")
     if len({t.device for t in ts}) != 1:
         raise ValueError(f"all tensors must be on one device, got {sorted({str(t.device) for t in ts})}")
-    d = float(density)
-    if not 0.0 <= d <= 1.0 or d != d:
-        raise ValueError(f"density must lie in [0, 1], got {density!r}")
+    ok = isinstance(density, numbers.Real) and not isinstance(density, bool)  # float() took "0.5", True
+    if not ok or not 0.0 <= float(density) <= 1.0:  # NaN fails the comparison
+        raise ValueError(f"density must be a real number in [0, 1], got {density!r}")
     n = sum(t.numel() for t in ts)
-    return ts, round(d * n)
+    k = round(float(density) * n)
+    if k == 0 and any(t.numel() and not bool(torch.isfinite(t).all()) for t in ts):
+        # no pass runs to count them, but the contract (raise on NaN/Inf) holds at density 0 too
+        raise ValueError("weights contain NaN or Inf; refusing to compute a pivot on non-finite values")
+    return ts, k
 
 
 def _nonfinite_from_high(hi: list[int], dtype: torch.dtype) -> int:

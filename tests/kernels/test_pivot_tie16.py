@@ -58,8 +58,9 @@ def test_pivot_and_tie_16bit_refuses_nonfinite(bad):
     t = torch.randn(4096).to(torch.bfloat16)
     t[17] = bad
     for fn in (pivot_and_tie_16bit, pivot_and_tie_16bit_reference):
-        with pytest.raises(ValueError, match="NaN or Inf"):
-            fn([t], 0.5)
+        for density in (0.5, 0.0):  # at density 0 no pass counts them: it returned (inf, 1) before
+            with pytest.raises(ValueError, match="NaN or Inf"):
+                fn([t], density)
 
 
 def test_pivot_and_tie_16bit_bad_input():
@@ -69,6 +70,6 @@ def test_pivot_and_tie_16bit_bad_input():
         pivot_and_tie_16bit([torch.randn(8)], 0.5)
     with pytest.raises(TypeError, match="share one dtype"):
         pivot_and_tie_16bit([torch.randn(8).half(), torch.randn(8).bfloat16()], 0.5)
-    for d in (-0.1, 1.5, float("nan")):
+    for d in (-0.1, 1.5, float("nan"), True, "0.5"):  # float() took the last two
         with pytest.raises(ValueError, match="density"):
             pivot_and_tie_16bit([torch.randn(8).half()], d)
