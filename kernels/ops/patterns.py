@@ -390,6 +390,8 @@ def parse_pattern(spec: str) -> Pattern:
     low = s.lower()
     if low.startswith("tbs(") and s.endswith(")"):
         parts = [int(p) for p in s[4:-1].split(",")]
+        if len(parts) > 2:  # 'TBS(4,4,5)' parsed as TBS(4) before
+            raise ValueError(f"TBS takes one or two sizes, TBS(x) or TBS(x,x), got {spec!r}")
         if len(parts) == 2 and parts[0] != parts[1]:
             raise ValueError(f"TBS tiles are square, got {spec!r}")
         return TBS(parts[0])

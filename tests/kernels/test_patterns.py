@@ -80,6 +80,8 @@ def test_validate_names_first_bad_tile():
         (lambda: Vegeta(4, tile_len=6), "not divisible"),
         (lambda: NM(5, 4), "0 <= n <= m"),
         (lambda: parse_pattern("foo"), "unknown pattern"),
+        (lambda: parse_pattern("TBS(4,4,5)"), "one or two sizes"),  # parsed as TBS(4) before
+        (lambda: parse_pattern("TBS(4,8)"), "square"),
         (lambda: TBS(4).tiles(torch.zeros(6, 8)), "not divisible by the TBS"),
         (lambda: TBS(4).tiles(torch.zeros(8)), "2-D"),
     ],
