@@ -2,7 +2,9 @@
 repository (``kernels``, ``repro``, ``suites``), followed transitively, imports inside functions
 included, read from the source (nothing is imported). A package's ``__init__`` is listed but its
 own imports are not followed: it re-exports every module, and ``import kernels.ops.geglu`` does not
-make a GEGLU table depend on the flex-SS kernels in any way that changes a number. The Snakemake
+make a GEGLU table depend on the flex-SS kernels in any way that changes a number. A name imported
+from a package (``from repro.train import ensure_run``) is followed to the module its ``__init__``
+takes it from (before session 54 it was not, so no training suite depended on the trainer). The Snakemake
 rules take them as inputs (a change re-runs the suite) and :mod:`repro.staleness` asks git
 whether any changed since a result's commit."""
 
@@ -41,6 +43,19 @@ def _module_file(name: str, root: Path) -> Path | None:
     return None
 
 
+def _reexport(init: Path, name: str, root: Path) -> str:
+    """The module a package's ``__init__`` takes ``name`` from (``from .x import name`` or
+    ``from pkg.x import name``), as a dotted name; "" when it defines or lacks it."""
+    pkg = init.parent.relative_to(root).parts
+    for node in ast.parse(init.read_text(), str(init)).body:
+        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+            if node.level:
+                base = list(pkg[: len(pkg) - node.level + 1])
+                return ".".join([*base, *([node.module] if node.module else [])])
+            return node.module or ""
+    return ""
+
+
 def _imports(path: Path, root: Path) -> set[Path]:
     """Files of our packages imported anywhere in ``path`` (``from pkg import mod`` resolves
     ``pkg.mod`` when that is a module, else ``pkg``), with each package's ``__init__``."""
@@ -58,7 +73,10 @@ def _imports(path: Path, root: Path) -> set[Path]:
             else:
                 mod = node.module or ""
             names = [f"{mod}.{a.name}" for a in node.names] + [mod]
-        for name in names:
+            init = _module_file(mod, root)
+            if init is not None and init.name == "__init__.py":  # names re-exported by a package
+                names += [_reexport(init, a.name, root) for a in node.names]
+        for name in filter(None, names):
             parts = name.split(".")
             for i in range(1, len(parts) + 1):  # the package __init__ files run on the way
                 p = _module_file(".".join(parts[:i]), root)

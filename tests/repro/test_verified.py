@@ -68,6 +68,10 @@ def test_suite_sources_follow_imports_but_not_package_reexports():
     for suite in ("figure6", "table8"):
         src = suite_sources(suite)
         assert {"repro/models/gpt2.py", "suites/_training_bench.py", "kernels/layers/sparse_linear.py"} <= set(src)
+    # a name a package re-exports leads to the module that defines it: the training suites import
+    # the trainer as `from repro.train import ensure_run` and once depended on none of it
+    for suite in ("table5", "figure1"):
+        assert {"repro/train/loop.py", "repro/train/step.py", "repro/models/gpt2.py"} <= set(suite_sources(suite))
     assert "repro/plots.py" not in suite_sources("figure6")  # draws numbers, makes none
     assert "suites/__init__.py" not in suite_sources("table2")  # the registry: a new suite re-runs no other
     with pytest.raises(ValueError, match="no suite module"):
