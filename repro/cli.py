@@ -70,6 +70,7 @@ def _check_writable(folder: Path, what: str) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     _configure_backend(args.suite)
+    from repro.dist_guard import RankFailure
     from repro.results import ResultSet, read_results
     from repro.roofline import measure_ceilings
     from repro.suite import CorrectnessError, RunContext, figures_dir, pick_profile
@@ -113,6 +114,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         _run_all_ranks(mod, ctx)
     except CorrectnessError:
         results.drop_journal()  # a failed check: nothing of this run is kept
+        raise
+    except RankFailure as exc:  # under torchrun a failed check on any rank arrives as this
+        if exc.failed_check:
+            results.drop_journal()
+        else:
+            _keep_journal(args.suite, results)
         raise
     except BaseException:
         _keep_journal(args.suite, results)

@@ -48,16 +48,28 @@ TIMEOUT_ENV = "REPRO_DIST_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 600.0
 FAIL_RANK_ENV = "REPRO_TEST_FAIL_RANK"
 HANG_RANK_ENV = "REPRO_TEST_HANG_RANK"
+FAIL_AS_CHECK_ENV = "REPRO_TEST_FAIL_AS_CHECK"  # set: the injected failure is a CorrectnessError
 FAULT_AT_ENV = "REPRO_TEST_FAULT_AT"  # which named point fires (default: every point that asks)
 _KEY = "repro_dist_guard"
 
 
 class RankFailure(RuntimeError):
-    """A rank of a multi-rank run failed (its own error, or a peer's, or a peer that went silent)."""
+    """A rank of a multi-rank run failed (its own error, or a peer's, or a peer that went silent).
+    ``failed_check``: the failure was a failed correctness check (``repro.suite.CorrectnessError``)
+    on this rank or on a peer that reported first: the run's rows must then all be dropped."""
 
-    def __init__(self, rank: int, world: int, detail: str) -> None:
-        self.rank, self.world = rank, world
+    def __init__(self, rank: int, world: int, detail: str, failed_check: bool = False) -> None:
+        self.rank, self.world, self.failed_check = rank, world, failed_check
         super().__init__(f"rank {rank} of {world} failed: {detail}")
+
+
+CHECK_ERROR = "CorrectnessError"
+"""The class name of ``repro.suite.CorrectnessError`` (matched by name: ``repro.suite`` imports
+this module's users, and a peer's failure arrives as text through the store)."""
+
+
+def _is_failed_check(exc: BaseException) -> bool:
+    return any(c.__name__ == CHECK_ERROR for c in type(exc).__mro__)
 
 
 def dist_timeout_s() -> float:
@@ -149,7 +161,8 @@ def rank_guard(what: str = "run") -> Iterator[None]:
             with contextlib.suppress(Exception):
                 store.set(_key("failed", rank), f"rank {rank} of {world} failed: {detail}")
             peers = _peers_word(store, rank, world)
-        raise RankFailure(rank, world, f"{detail}{f' [{peers}]' if peers else ''}") from exc
+        failed_check = _is_failed_check(exc) or f": {CHECK_ERROR}: " in peers
+        raise RankFailure(rank, world, f"{detail}{f' [{peers}]' if peers else ''}", failed_check) from exc
 
 
 def all_ranks_succeeded(timeout_s: float | None = None) -> None:
@@ -176,11 +189,13 @@ def all_ranks_succeeded(timeout_s: float | None = None) -> None:
     except Exception as exc:
         peers = _peers_word(store, rank, world) if store is not None else ""
         detail = f"not every rank finished: {' '.join(str(exc).split())[:500]}"
-        raise RankFailure(rank, world, f"{detail}{f' [{peers}]' if peers else ''}") from exc
+        failed_check = f": {CHECK_ERROR}: " in peers  # a peer's check failed: drop this rank's rows too
+        raise RankFailure(rank, world, f"{detail}{f' [{peers}]' if peers else ''}", failed_check) from exc
 
 
 def inject_test_fault(point: str) -> None:
-    """For tests only: on the rank named by ``REPRO_TEST_FAIL_RANK`` raise, on the rank named by
+    """For tests only: on the rank named by ``REPRO_TEST_FAIL_RANK`` raise (a failed correctness
+    check where ``REPRO_TEST_FAIL_AS_CHECK`` is set), on the rank named by
     ``REPRO_TEST_HANG_RANK`` sleep (as good as forever), at ``point`` (or only at the point named
     by ``REPRO_TEST_FAULT_AT``, where set). Does nothing unless one of them is set."""
     fail, hang = os.environ.get(FAIL_RANK_ENV), os.environ.get(HANG_RANK_ENV)
@@ -191,6 +206,10 @@ def inject_test_fault(point: str) -> None:
         return
     rank = int(os.environ.get("RANK", "0"))
     if fail is not None and int(fail) == rank:
+        if os.environ.get(FAIL_AS_CHECK_ENV):  # a failed correctness check rather than a crash
+            from repro.suite import CorrectnessError
+
+            raise CorrectnessError(f"{FAIL_RANK_ENV}={fail}: injected failed check at {point}")
         raise RuntimeError(f"{FAIL_RANK_ENV}={fail}: injected failure at {point}")
     if hang is not None and int(hang) == rank:
         time.sleep(24 * 3600)

@@ -109,6 +109,20 @@ def test_a_rank_that_raises_fails_the_run_and_nothing_is_written(tmp_path):
     assert len(read_journal(journal)) > 0  # rank 0 had finished its rows: kept, not written
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_failed_check_on_any_rank_keeps_nothing(tmp_path, rank):
+    """A failed correctness check under torchrun reached the CLI as RankFailure, which kept rank
+    0's journal of verified rows for a --partial merge; now nothing of the run is kept, whether the
+    check failed on rank 0 or on a peer."""
+    fault = dict(REPRO_TEST_FAIL_RANK=rank, REPRO_TEST_FAULT_AT="after_run", REPRO_TEST_FAIL_AS_CHECK="1")
+    rc, out, _ = _run_suite(tmp_path, 150, **fault)
+    assert rc != 0, out[-3000:]
+    assert "injected failed check at after_run" in out, out[-3000:]
+    left = [p for p in (tmp_path / "results").rglob("*") if p.is_file()]
+    assert left == [], left
+
+
 def test_a_rank_that_hangs_fails_the_run_within_the_timeout(tmp_path):
     """Rank 1 sleeps before the suite's first collective: rank 0 times out (5 s) instead of
     waiting forever, says it heard nothing from rank 1, and nothing is written."""
