@@ -20,6 +20,7 @@ Command line: ``python -m repro bench save | compare | check | gate-check`` (rep
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -134,8 +135,10 @@ def make_baseline(runs: list[dict], mult: float = MULT, floor: float = FLOOR, re
         if len(vals) < len(runs):
             partial.append(name)
             continue
+        if not all(math.isfinite(v) and v > 0 for v in vals):  # a zero baseline: an infinite threshold
+            raise GateError(f"{name}: median device times {vals} ms are not all finite and positive")
         base = statistics.median(vals)
-        spread = max(abs(v / base - 1.0) for v in vals) if base > 0 else float("inf")
+        spread = max(abs(v / base - 1.0) for v in vals)
         benches[name] = {
             "baseline_ms": base,
             "runs_ms": vals,
@@ -227,26 +230,38 @@ class Report:
     rows: list[Row] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # in the baseline, not in this run
     new: list[str] = field(default_factory=list)  # in this run, not in the baseline
+    invalid: list[str] = field(default_factory=list)  # a non-finite or non-positive time, now or in the baseline
+    allow_missing: bool = False  # a chosen subset (-k): benchmarks left out do not fail the gate
 
     @property
     def failures(self) -> list[Row]:
         return [r for r in self.rows if r.failed]
+
+    @property
+    def passed(self) -> bool:
+        """No benchmark slower than its limit, none with an invalid time, at least one compared,
+        and (unless a subset was chosen) none of the baseline missing: a gate that compared
+        nothing, or not the benchmark that regressed, has not passed."""
+        return bool(self.rows) and not self.failures and not self.invalid and (self.allow_missing or not self.missing)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "gpu": self.gpu,
             "k": self.k,
             "rule": self.rule,
-            "passed": not self.failures,
+            "passed": self.passed,
             "failures": [r.name for r in self.failures],
             "rows": [{**r.__dict__, "change": r.change, "failed": r.failed} for r in self.rows],
             "host_synced_slower": [r.name for r in self.rows if r.host_synced and r.slower and not r.failed],
             "missing": self.missing,
+            "invalid": self.invalid,
+            "allow_missing": self.allow_missing,
             "new": self.new,
         }
 
 
-def compare(gate: dict, run: dict, require_device_time: bool = True) -> Report:
+def compare(gate: dict, run: dict, require_device_time: bool = True, allow_missing: bool = False) -> Report:
+    """This run against the baseline; ``allow_missing``: the run is a chosen subset (``-k``)."""
     if _gpu(run) != gate["gpu"]:
         raise GateError(
             f"refusing to compare benchmarks across GPUs: the baseline was recorded on gpu={gate['gpu']!r}, "
@@ -255,12 +270,15 @@ def compare(gate: dict, run: dict, require_device_time: bool = True) -> Report:
     if require_device_time:
         check_device_time(run)
     now, synced = medians(run), host_synced(run)
-    rep = Report(gate["gpu"], int(gate.get("k", 0)), dict(gate.get("rule", {})))
+    rep = Report(gate["gpu"], int(gate.get("k", 0)), dict(gate.get("rule", {})), allow_missing=allow_missing)
     # baselines saved before the absolute floor existed get today's floor
     abs_us = float(rep.rule.setdefault("abs_floor_us", ABS_FLOOR_US))
     for name, b in sorted(gate["benchmarks"].items()):
         if name not in now:
             rep.missing.append(name)
+            continue
+        if not all(math.isfinite(v) and v > 0 for v in (now[name], b["baseline_ms"])):  # NaN > limit is False
+            rep.invalid.append(name)
             continue
         row = Row(
             name, b["baseline_ms"], now[name], b["threshold"], b["spread"], list(b["runs_ms"]), name in synced, abs_us
@@ -297,13 +315,23 @@ def format_report(rep: Report) -> str:
                 f"+{r.threshold:.1%}, but timed uncaptured (it syncs with the host, so host load moves it): "
                 f"fails only past +{HOST_SYNCED_FLOOR:.0%}"
             )
+    for name in rep.invalid:
+        lines.append(f"INVALID {name}: a non-finite or non-positive median device time (fails the gate)")
     for name in rep.missing:
-        lines.append(f"MISSING {name}: in the baseline, not in this run (skipped or failed?)")
+        how = "a subset was chosen: not gated" if rep.allow_missing else "fails the gate; skipped or failed?"
+        lines.append(f"MISSING {name}: in the baseline, not in this run ({how})")
     for name in rep.new:
         lines.append(f"NEW {name}: not in the baseline (not gated)")
     worst = max((r for r in rep.rows if not r.host_synced), key=lambda r: r.change - r.limit, default=None)
     if rep.failures:
         lines.append(f"FAILED: {len(rep.failures)} of {len(rep.rows)} benchmarks slower than their threshold")
+    elif not rep.passed:
+        why = [
+            *(["no benchmark compared"] if not rep.rows else []),
+            *([f"{len(rep.invalid)} with an invalid time"] if rep.invalid else []),
+            *([f"{len(rep.missing)} of the baseline missing"] if rep.missing and not rep.allow_missing else []),
+        ]
+        lines.append(f"FAILED: {'; '.join(why)}")
     else:
         closest = f"; closest: {worst.name} {worst.change:+.1%} vs threshold +{worst.limit:.1%}" if worst else ""
         lines.append(f"PASSED: no benchmark slower than its threshold{closest}")
@@ -431,7 +459,7 @@ def write_report(rep: Report, stem: Path, expect: str | None = None) -> tuple[bo
     failures are exactly the benchmarks matching it."""
     text = format_report(rep)
     data = rep.as_dict()
-    ok = not rep.failures
+    ok = rep.passed
     if expect is not None:
         ok, why = expectation(rep, expect)
         text += f"\nexpected failures {expect!r}: {'OK' if ok else 'NOT MET'}: {why}"

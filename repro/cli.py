@@ -423,14 +423,16 @@ def cmd_bench_save(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(gate_path: str | None, run: dict, expect: str | None, json_out: str | None) -> int:
+def _report(
+    gate_path: str | None, run: dict, expect: str | None, json_out: str | None, allow_missing: bool = False
+) -> int:
     from repro.bench_gate import compare, expectation, format_report, load_baseline
 
     slug = (run.get("machine_info") or {}).get("gpu_slug")
     gate = load_baseline(gate_path or _default_gate_dir(slug))
-    rep = compare(gate, run)
+    rep = compare(gate, run, allow_missing=allow_missing)
     print(format_report(rep))
-    ok = not rep.failures
+    ok = rep.passed
     data = rep.as_dict()
     if expect is not None:
         ok, why = expectation(rep, expect)
@@ -444,7 +446,7 @@ def _report(gate_path: str | None, run: dict, expect: str | None, json_out: str 
 def cmd_bench_compare(args: argparse.Namespace) -> int:
     from repro.bench_gate import load_run
 
-    return _report(args.gate, load_run(args.run), args.expect_fail, args.json_out)
+    return _report(args.gate, load_run(args.run), args.expect_fail, args.json_out, args.allow_missing)
 
 
 def cmd_bench_check(args: argparse.Namespace) -> int:
@@ -455,7 +457,7 @@ def cmd_bench_check(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         json_out = Path(args.save_run) if args.save_run else Path(tmp) / "run.json"
         run = run_suite(json_out, json_out.with_suffix(".log"), args.select)
-        return _report(args.gate, run, None, args.json_out)
+        return _report(args.gate, run, None, args.json_out, args.select is not None or args.allow_missing)
 
 
 def cmd_bench_gate_check(args: argparse.Namespace) -> int:
@@ -485,12 +487,18 @@ def _add_bench_parser(sub) -> None:
     c.add_argument("--gate", default=None, help="gate.json or its folder (default: the run's GPU's)")
     c.add_argument("--expect-fail", default=None, help="regex: pass iff exactly the matching benchmarks fail")
     c.add_argument("--json-out", default=None)
+    c.add_argument(
+        "--allow-missing", action="store_true", help="a subset run: benchmarks of the baseline it lacks do not fail"
+    )
     c.set_defaults(fn=cmd_bench_compare)
     k = bsub.add_parser("check", help="run tests/benchmarks once here and compare with the saved baseline")
     k.add_argument("--gate", default=None)
     k.add_argument("-k", dest="select", default=None)
     k.add_argument("--save-run", default=None, help="keep the run's JSON here")
     k.add_argument("--json-out", default=None)
+    k.add_argument(
+        "--allow-missing", action="store_true", help="baselined benchmarks this run lacks do not fail (-k implies it)"
+    )
     k.set_defaults(fn=cmd_bench_check)
     g = bsub.add_parser("gate-check", help="GPU acceptance: baseline (k runs), A/A, A/B with a planted slowdown")
     g.add_argument("--root", default=".", help="outputs under ROOT/results/benchmarks/<gpu-slug>/gate{,-check}")

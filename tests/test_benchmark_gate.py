@@ -274,6 +274,23 @@ def test_missing_and_new_benchmarks_are_reported():
     assert rep.missing == [gone] and rep.new == ["x.py::test_new"]
     text = bg.format_report(rep)
     assert f"MISSING {gone}" in text and "NEW x.py::test_new" in text
+    # a benchmark of the baseline missing from the run fails the gate (it may be the one that
+    # regressed and errored) unless the run is a chosen subset; so does a run that compares nothing
+    assert not rep.passed and "FAILED: 1 of the baseline missing" in text
+    assert bg.compare(gate, run, allow_missing=True).passed
+    assert not bg.compare(gate, _synthetic_run({"x.py::test_other": 1.0}), allow_missing=True).passed
+
+
+def test_invalid_times_fail_the_gate():
+    """A NaN median passed (NaN > limit is False); a zero baseline gave an infinite threshold."""
+    gate = bg.make_baseline(_runs(3))
+    run = _now()
+    run["benchmarks"][0]["stats"]["median"] = float("nan")
+    rep = bg.compare(gate, run)
+    assert rep.invalid == [run["benchmarks"][0]["fullname"]] and not rep.passed
+    assert "INVALID" in bg.format_report(rep)
+    with pytest.raises(bg.GateError, match="finite and positive"):
+        bg.make_baseline([_synthetic_run({SYNTH[0][0]: 0.0})] * 2)
 
 
 def test_gate_refuses_bad_inputs():
