@@ -81,6 +81,7 @@ class RunLog:
     def __init__(self, run_dir: Path, layers: list[str], start_step: int, enabled: bool = True) -> None:
         self.enabled = enabled
         self.header = log_columns(layers)
+        self.flip_columns = 1 + len(layers)
         self.pending: deque[Pending] = deque()
         self.losses: list[float] = []
         self.times_ms: list[float] = []
@@ -125,9 +126,11 @@ class RunLog:
             self.tokens_per_s.append(tps)
             self.last_loss = loss
             if self.enabled:
-                row = [r.step, r.tokens, repr(loss), repr(r.lr), _fmt(gnorm), *(_fmt(f) for f in flips)]
-                if not flips:
-                    row.append("")
+                # the flip columns (overall, then one per layer) stay in place when a step has none
+                # (track_flip=False): a short row once shifted step_time_ms into a flip column, and a
+                # resume dropped every such row as torn
+                cells = [_fmt(f) for f in flips] + [""] * (self.flip_columns - len(flips))
+                row = [r.step, r.tokens, repr(loss), repr(r.lr), _fmt(gnorm), *cells]
                 csv.writer(self._fh["log.csv"]).writerow([*row, f"{ms:.4f}", _fmt(tps)])
 
     def val(self, step: int, tokens: int, loss: float) -> None:

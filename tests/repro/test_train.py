@@ -498,3 +498,21 @@ def test_flex_masked_linear_refuses_bad_state_and_interval():
     for interval, err in ((2.9, TypeError), (0, ValueError), (True, TypeError)):
         with pytest.raises(err, match="mask_interval"):
             FlexMaskedLinear(16, 8, mask="4:8", mask_interval=interval)
+
+
+def test_log_without_flip_tracking_keeps_its_columns_across_a_resume(corpus, tmp_path):
+    """track_flip=False wrote rows shorter than the header (step_time_ms under a flip column), and
+    a resume dropped every one of them as torn."""
+    import csv
+
+    cfg = tiny(corpus, track_flip=False)
+    run = tmp_path / "run"
+    train(cfg, run, stop_at=3, progress=False)
+    train(cfg, run, progress=False)
+    with open(run / "log.csv", newline="") as fh:
+        rows = list(csv.reader(fh))
+    header, body = rows[0], rows[1:]
+    assert [r[0] for r in body] == ["1", "2", "3", "4", "5", "6"]
+    assert all(len(r) == len(header) for r in body)
+    times = [float(r[header.index("step_time_ms")]) for r in body]
+    assert all(t > 0 for t in times) and all(r[header.index("flip_rate")] == "" for r in body)
