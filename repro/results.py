@@ -161,12 +161,16 @@ class ResultSet:
         journal; ``scripts/merge_results.py --partial`` merges a left-over one, marked."""
         path = self.journal_path(root)
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.set_aside = _set_aside(path, self.suite)
         with open(path, "w", encoding="utf-8", newline="") as fh:
             csv.writer(fh, lineterminator="\n").writerow(RESULT_COLUMNS)
             for row in self.rows:
                 fh.write(_csv_line(row))
         self.journal = path
         return path
+
+    set_aside: Path | None = None
+    """Where ``start_journal`` moved an earlier run's unmerged journal (None: there was none)."""
 
     def _journal_append(self, row: dict) -> None:
         assert self.journal is not None
@@ -221,6 +225,33 @@ def _csv_line(row: dict) -> str:
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerow([row[c] for c in RESULT_COLUMNS])
     return buf.getvalue()
+
+
+def _set_aside(journal: Path, suite: str) -> Path | None:
+    """Move an earlier run's journal that holds rows (a run stopped early, not merged yet) to
+    ``<suite>.<profile>.<UTC time>.partial`` beside it, so a new run of the same suite and profile
+    does not overwrite it (it once did: the earlier run's rows were lost); says so on stderr.
+    Returns the new path (None when there was nothing to keep)."""
+    import sys
+    import time
+
+    if not journal.is_file() or journal.read_text(encoding="utf-8").count("\n") < 2:  # header alone
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    base = journal.name.removesuffix(JOURNAL_SUFFIX)
+    dest = journal.with_name(f"{base}.{stamp}{JOURNAL_SUFFIX}")
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = journal.with_name(f"{base}.{stamp}-{n}{JOURNAL_SUFFIX}")
+    journal.rename(dest)
+    print(
+        f"   an earlier run's unmerged rows were in {journal.name}: kept as {dest} "
+        f"(merge: python scripts/merge_results.py {suite} {dest} --partial --into {journal.parent.parent})",
+        file=sys.stderr,
+        flush=True,
+    )
+    return dest
 
 
 def read_journal(path: Path) -> pd.DataFrame:

@@ -47,6 +47,23 @@ def test_journal_holds_rows_as_added_and_goes_with_write(tmp_path: Path) -> None
     assert not path.exists() and len(read_results(tmp_path / "cpu" / "table2.csv")) == 3
 
 
+def test_a_new_run_sets_an_earlier_journal_aside(tmp_path: Path) -> None:
+    """A new run of the same suite and profile once overwrote the unmerged journal of a run that
+    stopped early (its rows lost); now the earlier journal is moved aside, whole, and merges."""
+    first = ResultSet("table2", "Table 2", "smoke", torch.device("cpu"))
+    path = first.start_journal(tmp_path)
+    _rows(first, 2)  # then the run is cut
+    second = ResultSet("table2", "Table 2", "smoke", torch.device("cpu"))
+    assert second.start_journal(tmp_path) == path and second.set_aside is not None
+    assert second.set_aside.name.startswith("table2.smoke.") and second.set_aside.name.endswith(".partial")
+    assert len(read_journal(second.set_aside)) == 2 and len(read_journal(path)) == 0
+    third = ResultSet("table2", "Table 2", "smoke", torch.device("cpu"))
+    third.start_journal(tmp_path)  # an empty journal (header alone) is simply replaced
+    assert third.set_aside is None
+    merged = _merge_module().merge("table2", [second.set_aside], tmp_path / "into", partial=True)
+    assert len(read_results(merged)) == 2
+
+
 @pytest.fixture
 def stub_run(monkeypatch):
     """table2 through the CLI with no measuring: the ceilings are stubbed, the run is set per test."""
