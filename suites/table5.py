@@ -98,6 +98,8 @@ def verdict(df: pd.DataFrame) -> Verdict:
     ours, paper = float(t.loc["fst", "ours_gap"]), float(t.loc["fst", "paper_gap"])
     if ours != ours:
         return Verdict("not comparable", "no fst/dense runs")
+    if paper != paper:  # a NaN gap compared as "exceeds" before
+        return Verdict("not comparable", "the paper's fst/dense gap is missing from the paper data")
     diff = ours - paper
     status = "reproduced" if abs(diff) <= GAP_TOL else ("falls short" if diff > 0 else "exceeds")
     spread = max(float(t["ours_spread"].max()), 0.0)

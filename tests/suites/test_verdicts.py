@@ -131,3 +131,22 @@ def test_figure3_table_shows_the_training_step_beside_mask_generation():
     assert math.isclose(train.loc["training step TBS(8,8) every=1: step ms"]["fast_vs_vegeta"], 350 / 600)
     avg = t[t["pattern"] == "average (ours, mask generation)"].iloc[0]
     assert avg["fast_vs_torch"] == 20.0  # the training rows stay out of the mean
+
+
+def test_table5_missing_paper_gap_is_not_comparable(monkeypatch):
+    """A NaN paper gap compared as "exceeds" (NaN differences fall to the else branch)."""
+    import suites.table5 as t5
+
+    df = pd.DataFrame(
+        {
+            "metric": ["val_loss"] * 2,
+            "method": ["dense", "fst"],
+            "value": [3.30, 3.31],
+            "dtype": ["bf16"] * 2,
+            "device": ["nvidia-h100"] * 2,
+            "profile": ["full"] * 2,
+            "shape": ["gpt2-124m/9800000tok"] * 2,
+        }
+    )
+    monkeypatch.setattr(t5, "_paper", lambda: {"dense": 2.85})  # the fst value missing
+    assert t5.verdict(df).status == "not comparable"
