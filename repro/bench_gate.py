@@ -116,6 +116,11 @@ def check_device_time(run: dict) -> None:
         )
 
 
+def _valid_ms(v: float) -> bool:
+    """A median device time the gate can compare: finite and positive."""
+    return math.isfinite(v) and v > 0
+
+
 def make_baseline(runs: list[dict], mult: float = MULT, floor: float = FLOOR, require_device_time: bool = True) -> dict:
     """The gate's baseline from ``runs`` (k >= 2, one GPU): per benchmark baseline, noise, threshold."""
     if len(runs) < 2:
@@ -135,7 +140,7 @@ def make_baseline(runs: list[dict], mult: float = MULT, floor: float = FLOOR, re
         if len(vals) < len(runs):
             partial.append(name)
             continue
-        if not all(math.isfinite(v) and v > 0 for v in vals):  # a zero baseline: an infinite threshold
+        if not all(map(_valid_ms, vals)):  # a zero baseline: an infinite threshold
             raise GateError(f"{name}: median device times {vals} ms are not all finite and positive")
         base = statistics.median(vals)
         spread = max(abs(v / base - 1.0) for v in vals)
@@ -238,11 +243,19 @@ class Report:
         return [r for r in self.rows if r.failed]
 
     @property
-    def passed(self) -> bool:
-        """No benchmark slower than its limit, none with an invalid time, at least one compared,
-        and (unless a subset was chosen) none of the baseline missing: a gate that compared
+    def problems(self) -> list[str]:
+        """What fails the gate besides slower benchmarks: nothing compared, an invalid time, a
+        benchmark of the baseline missing (unless a subset was chosen): a gate that compared
         nothing, or not the benchmark that regressed, has not passed."""
-        return bool(self.rows) and not self.failures and not self.invalid and (self.allow_missing or not self.missing)
+        return [
+            *(["no benchmark compared"] if not self.rows else []),
+            *([f"{len(self.invalid)} with an invalid time"] if self.invalid else []),
+            *([f"{len(self.missing)} of the baseline missing"] if self.missing and not self.allow_missing else []),
+        ]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures and not self.problems
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -277,7 +290,7 @@ def compare(gate: dict, run: dict, require_device_time: bool = True, allow_missi
         if name not in now:
             rep.missing.append(name)
             continue
-        if not all(math.isfinite(v) and v > 0 for v in (now[name], b["baseline_ms"])):  # NaN > limit is False
+        if not (_valid_ms(now[name]) and _valid_ms(b["baseline_ms"])):  # NaN > limit is False
             rep.invalid.append(name)
             continue
         row = Row(
@@ -325,13 +338,8 @@ def format_report(rep: Report) -> str:
     worst = max((r for r in rep.rows if not r.host_synced), key=lambda r: r.change - r.limit, default=None)
     if rep.failures:
         lines.append(f"FAILED: {len(rep.failures)} of {len(rep.rows)} benchmarks slower than their threshold")
-    elif not rep.passed:
-        why = [
-            *(["no benchmark compared"] if not rep.rows else []),
-            *([f"{len(rep.invalid)} with an invalid time"] if rep.invalid else []),
-            *([f"{len(rep.missing)} of the baseline missing"] if rep.missing and not rep.allow_missing else []),
-        ]
-        lines.append(f"FAILED: {'; '.join(why)}")
+    elif rep.problems:
+        lines.append(f"FAILED: {'; '.join(rep.problems)}")
     else:
         closest = f"; closest: {worst.name} {worst.change:+.1%} vs threshold +{worst.limit:.1%}" if worst else ""
         lines.append(f"PASSED: no benchmark slower than its threshold{closest}")

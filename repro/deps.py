@@ -43,17 +43,20 @@ def _module_file(name: str, root: Path) -> Path | None:
     return None
 
 
-def _reexport(init: Path, name: str, root: Path) -> str:
-    """The module a package's ``__init__`` takes ``name`` from (``from .x import name`` or
-    ``from pkg.x import name``), as a dotted name; "" when it defines or lacks it."""
+@lru_cache(maxsize=64)
+def _reexports(init: Path, root: Path) -> dict[str, str]:
+    """Name -> the module a package's ``__init__`` takes it from (``from .x import name`` or
+    ``from pkg.x import name``), as a dotted name; parsed once per ``__init__``."""
     pkg = init.parent.relative_to(root).parts
+    out: dict[str, str] = {}
     for node in ast.parse(init.read_text(), str(init)).body:
-        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+        if isinstance(node, ast.ImportFrom):
             if node.level:
-                base = list(pkg[: len(pkg) - node.level + 1])
-                return ".".join([*base, *([node.module] if node.module else [])])
-            return node.module or ""
-    return ""
+                mod = ".".join([*pkg[: len(pkg) - node.level + 1], *([node.module] if node.module else [])])
+            else:
+                mod = node.module or ""
+            out.update({a.asname or a.name: mod for a in node.names})
+    return out
 
 
 def _imports(path: Path, root: Path) -> set[Path]:
@@ -75,7 +78,7 @@ def _imports(path: Path, root: Path) -> set[Path]:
             names = [f"{mod}.{a.name}" for a in node.names] + [mod]
             init = _module_file(mod, root)
             if init is not None and init.name == "__init__.py":  # names re-exported by a package
-                names += [_reexport(init, a.name, root) for a in node.names]
+                names += [_reexports(init, root).get(a.name, "") for a in node.names]
         for name in filter(None, names):
             parts = name.split(".")
             for i in range(1, len(parts) + 1):  # the package __init__ files run on the way

@@ -68,8 +68,10 @@ CHECK_ERROR = "CorrectnessError"
 this module's users, and a peer's failure arrives as text through the store)."""
 
 
-def _is_failed_check(exc: BaseException) -> bool:
-    return any(c.__name__ == CHECK_ERROR for c in type(exc).__mro__)
+def _is_failed_check(exc: BaseException | None, peers: str) -> bool:
+    """Whether ``exc`` (this rank's error) or a peer's word (``_peers_word``) is a failed check."""
+    own = exc is not None and any(c.__name__ == CHECK_ERROR for c in type(exc).__mro__)
+    return own or f": {CHECK_ERROR}: " in peers
 
 
 def dist_timeout_s() -> float:
@@ -161,7 +163,7 @@ def rank_guard(what: str = "run") -> Iterator[None]:
             with contextlib.suppress(Exception):
                 store.set(_key("failed", rank), f"rank {rank} of {world} failed: {detail}")
             peers = _peers_word(store, rank, world)
-        failed_check = _is_failed_check(exc) or f": {CHECK_ERROR}: " in peers
+        failed_check = _is_failed_check(exc, peers)
         raise RankFailure(rank, world, f"{detail}{f' [{peers}]' if peers else ''}", failed_check) from exc
 
 
@@ -189,7 +191,7 @@ def all_ranks_succeeded(timeout_s: float | None = None) -> None:
     except Exception as exc:
         peers = _peers_word(store, rank, world) if store is not None else ""
         detail = f"not every rank finished: {' '.join(str(exc).split())[:500]}"
-        failed_check = f": {CHECK_ERROR}: " in peers  # a peer's check failed: drop this rank's rows too
+        failed_check = _is_failed_check(None, peers)  # a peer's check failed: drop this rank's rows too
         raise RankFailure(rank, world, f"{detail}{f' [{peers}]' if peers else ''}", failed_check) from exc
 
 

@@ -235,8 +235,11 @@ def _set_aside(journal: Path, suite: str) -> Path | None:
     import sys
     import time
 
-    if not journal.is_file() or journal.read_text(encoding="utf-8").count("\n") < 2:  # header alone
+    if not journal.is_file():
         return None
+    with open(journal, encoding="utf-8") as fh:
+        if len(fh.readlines(2 * len(",".join(RESULT_COLUMNS)))) < 2:  # the header alone: nothing to keep
+            return None
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     base = journal.name.removesuffix(JOURNAL_SUFFIX)
     dest = journal.with_name(f"{base}.{stamp}{JOURNAL_SUFFIX}")

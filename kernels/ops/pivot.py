@@ -567,10 +567,14 @@ def _flatten(tensors: object, group: object | None, check_finite: bool) -> list[
     return flats
 
 
-def _check_args(density: object, method: str, opts: dict) -> None:
+def _check_density(density: object) -> None:
     ok = isinstance(density, numbers.Real) and not isinstance(density, bool)
     if not ok or not 0.0 <= float(density) <= 1.0:  # NaN fails the comparison
         raise ValueError(f"density must be a real number in [0, 1], got {density!r}")
+
+
+def _check_args(density: object, method: str, opts: dict) -> None:
+    _check_density(density)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
     unknown = set(opts) - _OPTIONS[method]
@@ -652,9 +656,7 @@ def _check_16bit(tensors: torch.Tensor | Sequence[torch.Tensor], density: float)
         raise TypeError("all tensors must share one dtype")
     if len({t.device for t in ts}) != 1:
         raise ValueError(f"all tensors must be on one device, got {sorted({str(t.device) for t in ts})}")
-    ok = isinstance(density, numbers.Real) and not isinstance(density, bool)  # float() took "0.5", True
-    if not ok or not 0.0 <= float(density) <= 1.0:  # NaN fails the comparison
-        raise ValueError(f"density must be a real number in [0, 1], got {density!r}")
+    _check_density(density)  # float() took "0.5" and True here before
     n = sum(t.numel() for t in ts)
     k = round(float(density) * n)
     if k == 0 and any(t.numel() and not bool(torch.isfinite(t).all()) for t in ts):
