@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -278,16 +279,32 @@ def ours(df: pd.DataFrame, method: str, metric: str = "score") -> tuple[float, f
     return t_interval(fold_scores(df, method, metric).to_list(), (0.0, 100.0))
 
 
+def seed_of(run_id: str) -> str:
+    """The seed part of a run id (``124m-fst-s1-ckpt`` -> ``s1``; ``""`` for a run without one, as
+    Hu Table 7's sweep runs): a retrained twin (``-ckpt``) is the same seed."""
+    m = re.search(r"-(s\d+)$", re.sub(r"-ckpt$", "", run_id))
+    return m.group(1) if m else ""
+
+
 def paired_gap(df: pd.DataFrame, a: str, b: str, metric: str = "score") -> tuple[float, float, float]:
-    """``a`` minus ``b`` of ``metric``, paired by fold (the runs' i-th seeds with each other):
-    (mean, low, high) of a t-interval over the paired differences; NaN where they do not pair."""
+    """``a`` minus ``b`` of ``metric``, paired by seed and fold (``a``'s seed-s run's fold f with
+    ``b``'s): (mean, low, high) of a t-interval over the paired differences; NaN where they do not
+    pair (other seeds, other folds, or two runs of one method with the same seed)."""
     sa, sb = fold_scores(df, a, metric), fold_scores(df, b, metric)
     if sa.empty or sb.empty:
         return math.nan, math.nan, math.nan
-    ra, rb = sorted(sa.index.get_level_values(0).unique()), sorted(sb.index.get_level_values(0).unique())
+    by_seed = []
+    for s in (sa, sb):
+        runs = s.index.get_level_values(0).unique()
+        seeds = {seed_of(r): r for r in runs}
+        if len(seeds) != len(runs):
+            return math.nan, math.nan, math.nan
+        by_seed.append(seeds)
+    if set(by_seed[0]) != set(by_seed[1]):
+        return math.nan, math.nan, math.nan
     diffs = []
-    for x, y in zip(ra, rb, strict=False):
-        fa, fb = sa.loc[x], sb.loc[y]
+    for seed in sorted(by_seed[0]):
+        fa, fb = sa.loc[by_seed[0][seed]], sb.loc[by_seed[1][seed]]
         if set(fa.index) != set(fb.index):
             return math.nan, math.nan, math.nan
         diffs += list(fa - fb.loc[fa.index])

@@ -190,9 +190,19 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
 
 def verdict(df: pd.DataFrame) -> Verdict:
     t = compare(df)
-    gaps = t[t["mask"] != "dense"]["ours_minus_dense"].abs()
+    sparse = t[t["mask"] != "dense"]
+    gaps = sparse["ours_minus_dense"].abs()
+    missing = sparse[gaps.isna()]
+    measured = (
+        f"our sparse-minus-dense gaps are at most {gaps.max():.3f} over the {int(gaps.notna().sum())} measured cells"
+        if gaps.notna().any()
+        else "no sparse-minus-dense gap was measured"
+    )
+    if len(missing):  # a bound over the cells we have, and which cells it leaves out
+        cells = ", ".join(f"{m}/{k}" for m, k in zip(missing["mask"], missing["task"], strict=True))
+        measured += f" (not measured: {cells})"
     why = (
         f"reduced scale ({P.scale_note(df)}) vs the paper's 370B-token MAP-NEO models: accuracies near chance are "
-        f"not comparable; our sparse-minus-dense gaps are at most {gaps.max():.3f} (CIs in the rows)"
+        f"not comparable; {measured} (CIs in the rows)"
     )
     return Verdict("not comparable", why)

@@ -415,11 +415,26 @@ def read_evalsets_manifest(folder: Path | str = DEFAULT_OUT, verify: bool = Fals
     if m.get("format") != FORMAT:
         raise DataError(f"{path} is not an evalsets manifest ({FORMAT})")
     if verify:
-        for info in m["sets"].values():
-            blob = (folder / info["file"]).read_bytes()
-            if len(blob) != info["bytes"] or hashlib.sha256(blob).hexdigest() != info["sha256"]:
-                raise DataError(f"{folder / info['file']} differs from the manifest (size or sha256); rebuild")
+        for name in m["sets"]:
+            verify_set(folder, name, m)
     return m
+
+
+def verify_set(folder: Path | str, name: str, manifest: dict[str, Any] | None = None) -> Path:
+    """The path of set ``name`` in ``folder`` after checking its size and sha256 against the manifest
+    (a truncated or edited file would otherwise be scored as if whole)."""
+    folder = Path(folder)
+    m = manifest if manifest is not None else read_evalsets_manifest(folder)
+    if name not in m["sets"]:
+        raise DataError(f"{folder / MANIFEST} lists no set {name!r}; rebuild: python -m repro data evalsets")
+    info = m["sets"][name]
+    path = folder / info["file"]
+    if not path.is_file():
+        raise DataError(f"no {path}; rebuild: python -m repro data evalsets")
+    blob = path.read_bytes()
+    if len(blob) != info["bytes"] or hashlib.sha256(blob).hexdigest() != info["sha256"]:
+        raise DataError(f"{path} differs from the manifest (size or sha256); rebuild: python -m repro data evalsets")
+    return path
 
 
 def expected_summary(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from repro.eval.evalsets import DEFAULT_OUT, GLUE_LABELS, iter_jsonl
+from repro.eval.evalsets import DEFAULT_OUT, GLUE_LABELS, DataError, iter_jsonl, read_evalsets_manifest, verify_set
 
 __all__ = [
     "GLUE_TASKS",
@@ -62,6 +62,27 @@ __all__ = [
 GLUE_TASKS = {"sst2": "glue_sst2", "mrpc": "glue_mrpc", "rte": "glue_rte"}
 # Which GLUE tasks report F1 beside accuracy (of label 1): MRPC and QQP.
 _F1_TASKS = ("mrpc", "qqp")
+# The GLUE classification tasks this module scores, each by GLUE's own metrics (CoLA: Matthews
+# correlation; MRPC/QQP: accuracy and F1; the rest accuracy). STS-B is a regression task (scores
+# 0-5): fine-tuning here trains a classifier, so it is refused rather than truncated to classes.
+CLASSIFICATION_TASKS = ("cola", "sst2", "mrpc", "qqp", "mnli", "qnli", "rte", "wnli")
+
+
+def _check_task(task: str) -> None:
+    if task not in CLASSIFICATION_TASKS:
+        raise ValueError(
+            f"GLUE task {task!r} is not a classification task this module scores "
+            f"({', '.join(CLASSIFICATION_TASKS)}); STS-B (regression) is not supported"
+        )
+
+
+def _int_label(label: Any, task: str) -> int:
+    """A class label as int; a fractional label (STS-B's scores) is an error, never truncated."""
+    if isinstance(label, bool) or not isinstance(label, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{task}: label {label!r} is not a class index")
+    if label != int(label) or label < 0:
+        raise ValueError(f"{task}: label {label!r} is not a class index (a regression task?)")
+    return int(label)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,10 +94,14 @@ def load_glue_offline(task: str, evalsets: Path | str | None = None) -> list[dic
     """The GLUE validation split of ``task`` (sst2, mrpc, rte) from ``data/evalsets``."""
     if task not in GLUE_TASKS:
         raise ValueError(f"no offline GLUE data for {task!r}; offline: {', '.join(GLUE_TASKS)}")
-    path = Path(evalsets or DEFAULT_OUT) / f"{GLUE_TASKS[task]}.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"no {path}; build it: python -m repro data evalsets")
-    return list(iter_jsonl(path))
+    folder = Path(evalsets or DEFAULT_OUT)
+    if not (folder / f"{GLUE_TASKS[task]}.jsonl").is_file():
+        raise FileNotFoundError(f"no {folder / GLUE_TASKS[task]}.jsonl; build it: python -m repro data evalsets")
+    name, manifest = GLUE_TASKS[task], read_evalsets_manifest(folder)
+    rows = list(iter_jsonl(verify_set(folder, name, manifest)))
+    if len(rows) != manifest["sets"][name]["rows"]:
+        raise DataError(f"{folder}: {name} has {len(rows)} rows, the manifest says {manifest['sets'][name]['rows']}")
+    return rows
 
 
 def load_glue_hub(
@@ -93,8 +118,8 @@ def load_glue_hub(
     ds = datasets.load_dataset(path, name, split=split, data_files=data_files, **kwargs)
     rows = [dict(r) for r in ds]
     for r in rows:
-        if r.get("label") is not None and not isinstance(r["label"], int):
-            r["label"] = int(r["label"])
+        if r.get("label") is not None:
+            r["label"] = _int_label(r["label"], task)
     return rows
 
 
@@ -110,12 +135,14 @@ def encode_examples(rows: Sequence[dict], tokenizer: Any, max_len: int = 128) ->
         else:
             parts = [enc.encode(r["sentence1"]), enc.encode(r["sentence2"])]
         budget = max_len - len(parts)  # one eot after each part
+        if budget < len(parts):
+            raise ValueError(f"max_len={max_len} leaves no token for each of {len(parts)} sentence(s) and their eot")
         while sum(map(len, parts)) > budget:  # cut the longest part by one token at a time (from its end)
             longest = max(range(len(parts)), key=lambda i: len(parts[i]))
             parts[longest] = parts[longest][:-1]
         toks = [t for p in parts for t in (*p, enc.eot)]
         ids.append(toks)
-        labels.append(int(r["label"]))
+        labels.append(_int_label(r["label"], "encode_examples"))
     return ids, labels
 
 
@@ -304,13 +331,22 @@ def predict(
 
 
 def glue_metrics(task: str, y_true: Sequence[int], y_pred: Sequence[int]) -> dict[str, float]:
-    """``acc``, and ``f1`` (of label 1) for MRPC/QQP, as GLUE reports them."""
-    t, p = np.asarray(y_true), np.asarray(y_pred)
+    """GLUE's metrics of ``task``: ``acc``; ``f1`` (of label 1) for MRPC/QQP; ``mcc`` (Matthews
+    correlation, GLUE's CoLA metric) for CoLA. Labels and predictions must pair one to one."""
+    _check_task(task)
+    t, p = np.asarray(y_true).reshape(-1), np.asarray(y_pred).reshape(-1)
+    if t.size == 0 or t.size != p.size:
+        raise ValueError(f"{task}: {t.size} labels against {p.size} predictions (need as many, at least one)")
     out = {"acc": float((t == p).mean())}
     if task in _F1_TASKS:
         tp = float(((p == 1) & (t == 1)).sum())
         fp, fn = float(((p == 1) & (t == 0)).sum()), float(((p == 0) & (t == 1)).sum())
         out["f1"] = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+    if task == "cola":
+        tp, tn = float(((p == 1) & (t == 1)).sum()), float(((p == 0) & (t == 0)).sum())
+        fp, fn = float(((p == 1) & (t == 0)).sum()), float(((p == 0) & (t == 1)).sum())
+        den = math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+        out["mcc"] = (tp * tn - fp * fn) / den if den else 0.0  # sklearn's convention for a constant side
     return out
 
 
@@ -336,8 +372,9 @@ def cross_validate(
         from repro.eval.lm import gpt2_tokenizer
 
         tokenizer = gpt2_tokenizer()
+    _check_task(task)
     rows = list(rows) if rows is not None else load_glue_offline(task, evalsets)
-    labels = [int(r["label"]) for r in rows]
+    labels = [_int_label(r["label"], task) for r in rows]
     num_labels = len(GLUE_LABELS.get(GLUE_TASKS.get(task, ""), ())) or max(labels) + 1
     folds = stratified_folds(labels, k, seed)
     pred = np.full(len(rows), -1)

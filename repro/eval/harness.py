@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from torch import nn
 
-from repro.eval.evalsets import DEFAULT_OUT, ZERO_SHOT, read_evalsets_manifest
+from repro.eval.evalsets import DEFAULT_OUT, ZERO_SHOT, read_evalsets_manifest, verify_set
 
 __all__ = [
     "DEFAULT_TASKS",
@@ -245,6 +245,9 @@ def evaluate(
         missing = [b for b, v in names.items() if v.endswith(OFFLINE_SUFFIX) and b not in manifest["sets"]]
         if missing:
             raise FileNotFoundError(f"{folder} lacks {missing}; rebuild: python -m repro data evalsets --out {folder}")
+        for b, v in names.items():  # a truncated set would be scored as if whole: check size and sha256
+            if v.endswith(OFFLINE_SUFFIX):
+                verify_set(folder, b, manifest)
     lm = model if isinstance(model, LM) else ReproLM(model, tokenizer, batch_size=batch_size, device=device)
     with tempfile.TemporaryDirectory(prefix="repro-lm-eval-tasks-") as tmp, hf_offline(all_local):
         include = write_task_configs(folder, tmp) if any_local else None

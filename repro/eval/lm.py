@@ -56,13 +56,27 @@ def model_max_length(model: nn.Module) -> int:
     return n
 
 
+def _plain_encode(tok: Any) -> Any:
+    """``tok.encode`` without special tokens: a Hugging Face tokenizer's plain ``encode`` adds BOS
+    (Llama) or CLS/SEP, which would sit inside every continuation and every GLUE sentence."""
+    import inspect
+
+    try:
+        params = inspect.signature(tok.encode).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "add_special_tokens" in params:
+        return lambda text: tok.encode(text, add_special_tokens=False)
+    return tok.encode
+
+
 class Encoder:
     """encode/decode/eot of a tiktoken Encoding or any object with ``encode``/``decode`` and
     ``eot_token`` (or ``eos_token_id``). Special-token text is encoded as ordinary text."""
 
     def __init__(self, tok: Any, eot: int | None) -> None:
         self.tok = tok
-        self._encode = getattr(tok, "encode_ordinary", None) or tok.encode
+        self._encode = getattr(tok, "encode_ordinary", None) or _plain_encode(tok)
         eot = eot if eot is not None else getattr(tok, "eot_token", getattr(tok, "eos_token_id", None))
         if not isinstance(eot, int):
             raise ValueError("the tokenizer has no end-of-text id (eot_token / eos_token_id); pass eot_token_id=")

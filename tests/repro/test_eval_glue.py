@@ -147,3 +147,57 @@ def test_hub_loader_with_a_tiny_local_dataset(tmp_path, monkeypatch):
     src.write_text("".join(json.dumps(r) + "\n" for r in toy_rows(6, seed=0, pair=True)))
     rows = load_glue_hub("rte", "train", path="json", data_files={"train": str(src)})
     assert len(rows) == 6 and rows[1]["label"] == 1 and "sentence2" in rows[0]
+
+
+def test_glue_metrics_refuse_unpaired_or_empty_inputs_and_unsupported_tasks():
+    with pytest.raises(ValueError, match="3 labels against 2 predictions"):
+        glue_metrics("sst2", [0, 1, 1], [0, 1])
+    with pytest.raises(ValueError, match="0 labels"):
+        glue_metrics("rte", [], [])
+    with pytest.raises(ValueError, match="against 4"):  # a [2, 2] prediction would broadcast against [2, 1]
+        glue_metrics("sst2", [[0], [1]], [[0, 1], [1, 0]])
+    with pytest.raises(ValueError, match="STS-B"):
+        glue_metrics("stsb", [1, 2], [1, 2])
+
+
+def test_cola_is_scored_by_matthews_correlation():
+    t, p = [1, 1, 1, 0, 0, 1, 0, 1], [1, 0, 1, 0, 1, 1, 0, 1]
+    tp, tn, fp, fn = 4, 2, 1, 1
+    mcc = (tp * tn - fp * fn) / np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    m = glue_metrics("cola", t, p)
+    assert m["mcc"] == pytest.approx(mcc) and m["acc"] == pytest.approx(6 / 8)
+    assert glue_metrics("cola", [1, 0, 1], [1, 1, 1])["mcc"] == 0.0  # a constant predictor
+
+
+def test_fractional_labels_are_refused_never_truncated(tmp_path, monkeypatch):
+    enc = byte_tokenizer()
+    with pytest.raises(ValueError, match="not a class index"):
+        encode_examples([{"sentence": "a", "label": 3.8}], enc)
+    with pytest.raises(ValueError, match="STS-B"):
+        cross_validate(tiny_gpt2(), "stsb", [{"sentence1": "a", "sentence2": "b", "label": 3.8}] * 4, enc, k=2)
+    pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "stsb.jsonl"
+    src.write_text("".join(json.dumps({"sentence1": "a", "sentence2": "b", "label": v}) + "\n" for v in (3.8, 1.0)))
+    with pytest.raises(ValueError, match="not a class index"):
+        load_glue_hub("stsb", "train", path="json", data_files={"train": str(src)})
+
+
+def test_encode_examples_refuses_a_max_len_with_no_room_instead_of_hanging():
+    enc = byte_tokenizer()
+    with pytest.raises(ValueError, match="max_len=3"):
+        encode_examples([{"sentence1": "abc", "sentence2": "de", "label": 0}], enc, max_len=3)
+    ids, _ = encode_examples([{"sentence1": "abc", "sentence2": "de", "label": 0}], enc, max_len=4)
+    assert ids == [[ord("a"), 256, ord("d"), 256]]
+
+
+def test_offline_glue_loader_refuses_a_truncated_set(tmp_path):
+    import shutil
+
+    folder = tmp_path / "sets"
+    shutil.copytree(FIXTURES, folder)
+    path = folder / "glue_mrpc.jsonl"
+    path.write_text(path.read_text().splitlines(keepends=True)[0])  # one of its two rows
+    with pytest.raises(Exception, match="differs from the manifest"):
+        load_glue_offline("mrpc", folder)
+    assert len(load_glue_offline("rte", folder)) == 2  # the untouched sets still load

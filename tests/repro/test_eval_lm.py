@@ -477,3 +477,16 @@ def test_checkpoint_round_trip_and_command_line(tmp_path, monkeypatch, capsys):
     assert main([*argv, "--evalsets", str(FIXTURES), "--out", str(out)]) == 0
     df = pd.read_csv(out)
     assert set(df.protocol) == {"kfold-validation"} and {"0", "1", "mean", "pooled"} == set(df.fold.astype(str))
+
+
+def test_encoder_does_not_add_a_hugging_face_tokenizers_special_tokens():
+    from repro.eval.lm import Encoder
+
+    class HFLike:  # transformers' encode adds BOS unless add_special_tokens=False
+        eos_token_id = 2
+
+        def encode(self, text, add_special_tokens=True):
+            return ([1] if add_special_tokens else []) + [ord(c) for c in text]
+
+    assert Encoder(HFLike(), None).encode("ab") == [ord("a"), ord("b")]
+    assert Encoder(byte_tokenizer(), None).encode("ab") == [ord("a"), ord("b")]  # tiktoken: encode_ordinary

@@ -53,3 +53,18 @@ def test_compare_summary_and_verdict_on_smoke_rows(rows):
     assert isinstance(suite.summary(rows), str)
     v = suite.verdict(rows)
     assert v.status == "not comparable" and v.caveat
+
+
+def test_verdict_bounds_the_gaps_over_measured_cells_and_names_the_missing_ones():
+    """A missing cell must not vanish from an "at most" bound: the verdict names it."""
+    suite = get_suite("fast_table1")
+    rows = [{"method": "dense", "metric": "val_loss", "shape": "llama-tiny/1000tok", "value": 3.0}]
+    for mask in suite.MASKS:
+        for task in suite.TASKS.values():
+            if (mask, task) == ("us", "piqa"):
+                continue  # its run died before scoring
+            acc = 0.5 if mask == "dense" else 0.52
+            rows += [{"method": mask, "metric": f"{task}{s}", "shape": "", "value": acc} for s in ("_acc",)]
+    v = suite.verdict(pd.DataFrame(rows))
+    assert v.status == "not comparable"
+    assert "at most 0.020 over the 11 measured cells" in v.caveat and "not measured: us/piqa" in v.caveat

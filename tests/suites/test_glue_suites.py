@@ -153,6 +153,21 @@ def test_paired_gap_pairs_by_fold_and_refuses_unpaired_folds():
     assert all(math.isnan(x) for x in G.paired_gap(df, "fst", "step"))
 
 
+def test_paired_gap_pairs_runs_by_seed_not_by_position():
+    """dense has seeds 0 and 2, fst 0 and 1: sorted positions would pair fst-s1 with dense-s2."""
+    dense = _rows("dense", "d-s0-ckpt", [50, 60]) + _rows("dense", "d-s2", [90, 90])
+    fst = _rows("fst", "f-s0", [50.5, 60.5]) + _rows("fst", "f-s1", [80, 80])
+    assert all(math.isnan(x) for x in G.paired_gap(pd.DataFrame(dense + fst), "fst", "dense"))
+    # the same seeds in another order of run ids: seed s1 pairs with s1, a -ckpt twin is its seed
+    dense = _rows("dense", "d-s0", [50, 60]) + _rows("dense", "a-s1-ckpt", [70, 70])
+    fst = _rows("fst", "z-s0", [50.5, 60.5]) + _rows("fst", "b-s1", [70.5, 70.5])
+    assert G.paired_gap(pd.DataFrame(dense + fst), "fst", "dense") == (0.5, 0.5, 0.5)
+    # runs without a seed suffix (Hu Table 7's sweep) pair one with one
+    one = pd.DataFrame(_rows("none", "sweep-a-ckpt", [50, 60]) + _rows("decay", "sweep-b", [52, 62]))
+    assert G.paired_gap(one, "decay", "none")[0] == 2.0
+    assert G.seed_of("124m-fst-s1-ckpt") == "s1" and G.seed_of("sweep-fst-ckpt") == ""
+
+
 def test_claim_states():
     assert G.claim_state(-0.5, 0.8, within=1.0) == "holds"
     assert G.claim_state(-3.0, -1.5, within=1.0) == "fails"
