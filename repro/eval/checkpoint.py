@@ -1,6 +1,8 @@
 """A model to evaluate from a training checkpoint (``repro.train``'s ``checkpoint.pt``: ``model``
-state dict, ``config`` = the model's config dataclass as a dict, ``sparse`` = each SparseLinear's
-``sparse_state_dict``), or a bare state dict with ``--config``.
+state dict, ``config`` = the run's ``TrainConfig`` as a dict, ``sparse`` = each sparse layer's
+``sparse_state_dict``), a checkpoint whose ``config`` is a model config dataclass as a dict, or a
+bare state dict with ``--config``. A ``TrainConfig`` rebuilds the run's own model (GPT-2 with its
+recipe's sparse FFN, or the Llama model with its flex-SS masked linears) through ``repro.train``.
 
 GPT-2 configs (``d_model`` ...) rebuild through ``build_gpt2`` (so ``ffn_mode`` rebuilds the sparse
 FFN linears and their sparse state is restored); Llama-style configs (``hidden`` ...) rebuild dense
@@ -39,13 +41,19 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 def model_from_config(config: dict[str, Any]) -> nn.Module:
     from repro.models.gpt2 import GPT2Config, build_gpt2
     from repro.models.llama import LlamaConfig, LlamaModel
+    from repro.train.config import TrainConfig
 
+    train_keys = {f.name for f in dataclasses.fields(TrainConfig)}
+    if {"mode", "steps", "lr"} <= set(config) and set(config) <= train_keys:  # repro.train's checkpoint
+        from repro.train.parts import build_model
+
+        return build_model(TrainConfig.from_dict(config), torch.device("cpu"))
     for cls, build in ((GPT2Config, build_gpt2), (LlamaConfig, LlamaModel)):
         names = {f.name for f in dataclasses.fields(cls)}
         required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
         if required <= set(config) and set(config) <= names:
             return build(cls(**config))
-    raise ValueError(f"config {sorted(config)} is neither a GPT2Config nor a LlamaConfig")
+    raise ValueError(f"config {sorted(config)} is neither a TrainConfig, a GPT2Config nor a LlamaConfig")
 
 
 def load_model(

@@ -110,6 +110,11 @@ class TrainConfig:
     mask: str = "dense"  # llama: flex-SS mask of the sparse linears (FLEX_MASKS), width-matched
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # 1 and 1.0 are one config: one JSON form, one run id
+            v = getattr(self, f.name)
+            if f.type in ("float", float) and isinstance(v, int) and not isinstance(v, bool):
+                object.__setattr__(self, f.name, float(v))
+
         def pos_int(name: str, minimum: int = 1) -> None:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < minimum:

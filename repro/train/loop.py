@@ -23,7 +23,6 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from repro.dist_guard import all_ranks_succeeded, inject_test_fault, rank_guard
-from repro.models.gpt2 import ffn_linears
 from repro.train.checkpoint import load_checkpoint, restore, save_checkpoint
 from repro.train.config import TrainConfig
 from repro.train.flip import FlipTracker
@@ -34,6 +33,7 @@ from repro.train.parts import (
     build_model,
     build_optimizer,
     evaluate,
+    flip_layers,
     init_distributed,
     now,
     pick_device,
@@ -44,6 +44,11 @@ from repro.train.step import lr_at, train_step
 __all__ = ["RunResult", "train"]
 
 AMP = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
+
+
+def loss_scaler(amp: torch.dtype | None) -> torch.amp.GradScaler | None:
+    """fp16 autocast's loss scaler (small fp16 gradients would underflow to zero); None otherwise."""
+    return torch.amp.GradScaler("cuda") if amp == torch.float16 else None
 
 
 @dataclass
@@ -121,8 +126,8 @@ def _train(
     model = build_model(cfg, device)
     data = TrainData(cfg, d, device, getattr(model.cfg, "vocab_size", None) or model.cfg.vocab)  # GPT-2 / Llama
     optimizer = build_optimizer(cfg, model)
-    scaler = torch.amp.GradScaler("cuda") if amp == torch.float16 else None
-    layers = {n: m for n, m in model.named_modules() if any(m is f for f in ffn_linears(model))}
+    scaler = loss_scaler(amp)
+    layers = flip_layers(model)
     flips = FlipTracker(layers) if cfg.track_flip else FlipTracker({})
     sparse = sparse_layers(model)
     start = tokens = 0
@@ -167,7 +172,14 @@ def _train(
             decay_masks = [(m.weight, m.mask) for m in sparse if not m.is_dense] if cfg.weight_decay_masked else []
             t0 = now(device)
             out = train_step(
-                step_model, optimizer, x, y, grad_accum=cfg.grad_accum, grad_clip=cfg.grad_clip or None, amp_dtype=amp
+                step_model,
+                optimizer,
+                x,
+                y,
+                grad_accum=cfg.grad_accum,
+                grad_clip=cfg.grad_clip or None,
+                amp_dtype=amp,
+                scaler=scaler,  # fp16: without loss scaling small gradients underflow to zero
             )
             for m in model.modules():
                 if hasattr(m, "after_optimizer_step"):

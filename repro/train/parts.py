@@ -148,6 +148,16 @@ def build_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer
     )
 
 
+def flip_layers(model: nn.Module) -> dict[str, nn.Module]:
+    """Name -> linear whose flip rate a run logs: GPT-2's FFN linears (dense ones by their 2:4
+    mask, Hu et al. Fig. 3), a Llama run's masked linears (``FlexMaskedLinear``, which count their
+    own flips at each refresh); none for a dense Llama run (no mask to flip)."""
+    ffn = ffn_linears(model)
+    if ffn:
+        return {n: m for n, m in model.named_modules() if any(m is f for f in ffn)}
+    return {n: m for n, m in model.named_modules() if hasattr(m, "flip_rate_tensor") and hasattr(m, "pattern")}
+
+
 def sparse_layers(model: nn.Module) -> list[nn.Module]:
     """The FFN linears with a sparse mode (SparseLinear, mode != dense)."""
     return [m for m in ffn_linears(model) if getattr(m, "mode", "dense") != "dense" and hasattr(m, "set_dense")]

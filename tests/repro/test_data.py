@@ -104,7 +104,12 @@ def cache(tmp_path_factory) -> Path:
 def no_downloads(monkeypatch):
     """Any attempt to run npm/pip fails the test: everything comes from the fixture cache."""
 
+    real = off.subprocess.run  # the module itself: patching it patches subprocess.run everywhere
+
     def refuse(*a, **k):
+        cmd = a[0] if a else k.get("args")
+        if isinstance(cmd, list | tuple) and cmd and cmd[0] == "git":  # provenance (git rev-parse), no network
+            return real(*a, **k)
         raise AssertionError(f"tried to download: {a}")
 
     monkeypatch.setattr(off.subprocess, "run", refuse)
@@ -633,3 +638,33 @@ def test_expected_plus_manifest_is_committed():
     assert set(exp["sources"]) == set(off.CORPORA["offline-en-plus"].sources)
     assert exp["splits"]["train"]["tokens"] >= 12_000_000
     assert 2 * (exp["splits"]["train"]["tokens"] + exp["splits"]["val"]["tokens"]) < 45_000_000
+
+
+def test_hf_corpus_refuses_a_document_limit_below_one(cache, tmp_path):
+    from repro.data.hf import hf_corpus
+
+    for bad in (-1, 0, 2.5, True):  # -1 built an empty corpus and reported success
+        with pytest.raises(DataError, match="max_documents must be a positive int"):
+            hf_corpus("json", out=tmp_path / "out", data_files="unused.jsonl", max_documents=bad)
+
+
+def test_a_rebuild_stopped_before_its_manifest_leaves_no_stale_manifest(cache, tmp_path, monkeypatch):
+    """New token files must never sit under the old manifest's hashes: the old one goes first."""
+    enc, info = _encoding(cache)
+    docs = [Document(f"a/{i}", f"the cat {i}") for i in range(20)]
+    write_corpus(docs, tmp_path, enc, tokenizer=info, sources=[{"name": "a"}], val_fraction=0.2)
+    assert len(TokenFile(tmp_path, "train")) > 0
+    real = Path.write_text
+
+    def killed(self, *a, **k):
+        if self.name.startswith("manifest.json"):
+            raise KeyboardInterrupt("stopped before the manifest")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", killed)
+    with pytest.raises(KeyboardInterrupt):
+        write_corpus([Document(f"a/{i}", f"THE CAT {i}") for i in range(20)], tmp_path, enc, tokenizer=info,
+                     sources=[{"name": "a"}], val_fraction=0.2)  # fmt: skip
+    monkeypatch.undo()
+    with pytest.raises(DataError, match="manifest.json is missing"):
+        TokenFile(tmp_path, "train")

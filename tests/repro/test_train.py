@@ -30,6 +30,7 @@ from repro.train import (
     train_step,
 )
 from repro.train.flip import FlipTracker, nm24_mask
+from repro.train.parts import build_model
 
 
 @pytest.fixture(autouse=True)
@@ -516,3 +517,62 @@ def test_log_without_flip_tracking_keeps_its_columns_across_a_resume(corpus, tmp
     assert all(len(r) == len(header) for r in body)
     times = [float(r[header.index("step_time_ms")]) for r in body]
     assert all(t > 0 for t in times) and all(r[header.index("flip_rate")] == "" for r in body)
+
+
+def test_llama_mask_flip_rates_are_logged(corpus, tmp_path):
+    """A Llama run's masked linears count their own flips; the log must carry them (it had only blanks)."""
+    cfg = tiny(corpus, arch="llama", model="llama-micro", mask="4:8", mask_interval=1, lr=3e-2)
+    train(cfg, tmp_path, progress=False)
+    log = rows(tmp_path / "log.csv")
+    per = [c for c in log[0] if c.startswith("flip_rate.")]
+    assert len(per) == 7 and "flip_rate.layers.0.ffn.gate" in per  # llama-micro: one block of seven linears
+    rates = [float(r["flip_rate"]) for r in log[1:]]
+    assert all(0.0 <= x <= 1.0 for x in rates) and max(rates) > 0.0
+    dense = tiny(corpus, arch="llama", model="llama-micro", steps=2)
+    train(dense, tmp_path / "dense", progress=False)
+    assert list(rows(tmp_path / "dense" / "log.csv")[0]) == log_columns([])  # no mask, no flip columns
+
+
+def test_whole_numbers_in_float_fields_give_one_run_id():
+    from repro.train.runs import run_id
+
+    a = TrainConfig(lr=1, grad_clip=0)
+    b = TrainConfig(lr=1.0, grad_clip=0.0)
+    c = TrainConfig.from_dict(json.loads('{"lr": 1, "grad_clip": 0}'))
+    assert a == b == c and run_id(a) == run_id(b) == run_id(c)
+    assert isinstance(c.lr, float) and isinstance(c.grad_clip, float)
+
+
+def test_fp16_runs_pass_the_loss_scaler_to_the_step(corpus, tmp_path, monkeypatch):
+    """fp16 autocast needs loss scaling; the loop built a GradScaler but never handed it to the step.
+    A CPU GradScaler stands in for the CUDA one (the CPU has no fp16 autocast here)."""
+    import repro.train.loop as loop
+
+    scaler = torch.amp.GradScaler("cpu")
+    seen = []
+    real = loop.train_step
+    monkeypatch.setattr(loop, "loss_scaler", lambda amp: scaler)
+    monkeypatch.setattr(loop, "train_step", lambda *a, **k: seen.append(k.get("scaler")) or real(*a, **k))
+    train(tiny(corpus, steps=3), tmp_path, progress=False)
+    assert seen == [scaler] * 3
+    assert load_checkpoint(tmp_path)["scaler"]["_growth_tracker"] == 3  # three unscaled, finite steps
+
+
+@pytest.mark.parametrize(
+    "kw", [{"mode": "fst", "dense_phase": "none"}, {"arch": "llama", "model": "llama-micro", "mask": "4:8"}]
+)
+def test_eval_load_model_rebuilds_a_training_run(corpus, tmp_path, kw):
+    """repro.eval's loader on a repro.train checkpoint (its config is a TrainConfig): it raised before."""
+    from repro.eval.checkpoint import load_model
+
+    cfg = tiny(corpus, steps=2, **kw)
+    train(cfg, tmp_path, progress=False)
+    model = load_model(tmp_path)
+    ck = load_checkpoint(tmp_path)
+    ref = build_model(cfg, torch.device("cpu"))
+    ref.load_state_dict(ck["model"])
+    for name, state in ck["sparse"].items():
+        ref.get_submodule(name).load_sparse_state_dict(state)
+    toks = torch.randint(0, 256, (2, 16))
+    with torch.no_grad():
+        assert torch.equal(model(toks), ref.eval()(toks))
