@@ -576,3 +576,20 @@ def test_eval_load_model_rebuilds_a_training_run(corpus, tmp_path, kw):
     toks = torch.randint(0, 256, (2, 16))
     with torch.no_grad():
         assert torch.equal(model(toks), ref.eval()(toks))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (fp16 autocast and its GradScaler)")
+@pytest.mark.parametrize("mode", ["dense", "fst"])
+def test_fp16_run_on_the_gpu_scales_its_loss_and_resumes_the_scaler(corpus, tmp_path, mode):
+    """The real CUDA GradScaler on an fp16 run: losses finite, the scaler's state checkpointed, and a
+    stopped-and-resumed run ends in the same scaler state and losses as a straight one."""
+    cfg = tiny(corpus, mode=mode, amp="fp16")
+    straight = train(cfg, tmp_path / "straight", device="cuda", progress=False)
+    assert straight.status == "finished" and all(math.isfinite(x) for x in straight.losses)
+    s = load_checkpoint(tmp_path / "straight")["scaler"]
+    assert s is not None and s["scale"] > 0 and s["_growth_tracker"] >= 1
+    first = train(cfg, tmp_path / "split", stop_at=3, device="cuda", progress=False)
+    second = train(cfg, tmp_path / "split", device="cuda", progress=False)
+    assert first.losses + second.losses == straight.losses
+    assert load_checkpoint(tmp_path / "split")["scaler"] == s
