@@ -166,10 +166,13 @@ def _summarise(
     for task, lm_task in names.items():
         res = results["results"].get(lm_task, {})
         docs = per_doc[per_doc["lm_eval_task"] == lm_task] if not per_doc.empty else per_doc
+        before = len(rows)
         for metric in (*_MEAN_METRICS, "perplexity"):
             key = f"{metric},none"
-            if key not in res or metric not in docs or docs[metric].isna().all():
+            if key not in res:
                 continue
+            if metric not in docs or docs[metric].isna().all():  # no samples: no check, no interval
+                raise RuntimeError(f"{lm_task} {metric}: lm-eval aggregated it but logged no per-example values")
             vals = docs[metric].dropna().to_numpy()
             stat = "perplexity" if metric == "perplexity" else "mean"
             est, lo, hi = bootstrap_ci(vals, stat, iters=iters, confidence=confidence, seed=seed)
@@ -188,6 +191,12 @@ def _summarise(
                     "lm_eval_task": lm_task,
                     "ci_method": method,
                 }
+            )
+        if len(rows) == before:  # a task asked for must never vanish from the table
+            have = sorted(k.split(",")[0] for k in res if not k.endswith("_stderr,none") and "," in k)
+            raise RuntimeError(
+                f"lm-eval returned no {'/'.join((*_MEAN_METRICS, 'perplexity'))} for task {task!r} "
+                f"(lm-eval task {lm_task!r}; its metrics: {have or 'none'})"
             )
     return pd.DataFrame(rows)
 

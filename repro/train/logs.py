@@ -118,7 +118,8 @@ class RunLog:
             loss = float(r.loss.item())
             if not math.isfinite(loss):
                 raise FloatingPointError(f"loss is {loss} at step {r.step}: the run diverged")
-            gnorm = float(r.grad_norm.item()) if r.grad_norm is not None else float("nan")
+            # a measured norm is written as is, inf or nan too (an fp16 step its scaler skipped); "" = not measured
+            gnorm = repr(float(r.grad_norm.item())) if r.grad_norm is not None else ""
             flips = r.flips.tolist() if r.flips is not None else []
             tps = r.step_tokens / (ms / 1e3) if ms > 0 else float("nan")
             self.losses.append(loss)
@@ -130,7 +131,7 @@ class RunLog:
                 # (track_flip=False): a short row once shifted step_time_ms into a flip column, and a
                 # resume dropped every such row as torn
                 cells = [_fmt(f) for f in flips] + [""] * (self.flip_columns - len(flips))
-                row = [r.step, r.tokens, repr(loss), repr(r.lr), _fmt(gnorm), *cells]
+                row = [r.step, r.tokens, repr(loss), repr(r.lr), gnorm, *cells]
                 csv.writer(self._fh["log.csv"]).writerow([*row, f"{ms:.4f}", _fmt(tps)])
 
     def val(self, step: int, tokens: int, loss: float) -> None:

@@ -79,6 +79,8 @@ def train(
     """Train ``cfg`` in ``run_dir`` (resuming its checkpoint.pt) to ``cfg.steps`` or until stopped.
     Under ``torchrun``: returns only once every rank has finished without error; otherwise raises
     ``RankFailure`` naming the rank (``repro.dist_guard``), so the caller marks nothing finished."""
+    if stop_at is not None and (isinstance(stop_at, bool) or not isinstance(stop_at, int) or stop_at < 0):
+        raise ValueError(f"stop_at must be a step number >= 0, got {stop_at!r}")
     d = init_distributed()
     try:
         with rank_guard("repro train"):
@@ -145,7 +147,7 @@ def _train(
     if cfg.compile:
         step_model = torch.compile(step_model)
     log = RunLog(run_dir, list(layers), start, enabled=d.main)
-    end = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
+    end = cfg.steps if stop_at is None else max(start, min(stop_at, cfg.steps))  # at or before start: no step
     step_tokens = cfg.batch_size * cfg.grad_accum * cfg.seq_len * d.world
     val_loss, step, t_last, t_prev = None, start, t_begin, time.perf_counter()
     if progress and d.main:

@@ -490,3 +490,20 @@ def test_encoder_does_not_add_a_hugging_face_tokenizers_special_tokens():
 
     assert Encoder(HFLike(), None).encode("ab") == [ord("a"), ord("b")]
     assert Encoder(byte_tokenizer(), None).encode("ab") == [ord("a"), ord("b")]  # tiktoken: encode_ordinary
+
+
+def test_summarise_never_drops_a_task_or_an_unchecked_metric():
+    """A task lm-eval returned nothing we summarise for (or a metric without its samples) was left out
+    of the table without a word; now it is an error naming it."""
+    from repro.eval.harness import _summarise
+
+    samples = {"piqa_offline": [{"doc_id": i, "acc": float(i % 2), "acc_norm": 1.0} for i in range(4)]}
+    ok = {"results": {"piqa_offline": {"acc,none": 0.5, "acc_norm,none": 1.0}}, "samples": samples}
+    frame = _summarise(ok, {"piqa": "piqa_offline"}, iters=10, confidence=0.95, seed=0)
+    assert sorted(frame["metric"]) == ["acc", "acc_norm"]
+    gone = {**ok, "results": {**ok["results"], "wikitext": {"word_perplexity,none": 30.0}}}
+    with pytest.raises(RuntimeError, match=r"no acc/acc_norm/perplexity for task 'wikitext'.*word_perplexity"):
+        _summarise(gone, {"piqa": "piqa_offline", "wikitext": "wikitext"}, iters=10, confidence=0.95, seed=0)
+    unlogged = {"results": {"piqa_offline": {"acc,none": 0.5}}, "samples": {}}
+    with pytest.raises(RuntimeError, match="logged no per-example values"):
+        _summarise(unlogged, {"piqa": "piqa_offline"}, iters=10, confidence=0.95, seed=0)

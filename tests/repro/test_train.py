@@ -593,3 +593,32 @@ def test_fp16_run_on_the_gpu_scales_its_loss_and_resumes_the_scaler(corpus, tmp_
     second = train(cfg, tmp_path / "split", device="cuda", progress=False)
     assert first.losses + second.losses == straight.losses
     assert load_checkpoint(tmp_path / "split")["scaler"] == s
+
+
+def test_log_writes_a_measured_inf_grad_norm_and_leaves_only_unmeasured_ones_blank(tmp_path):
+    """An fp16 step its scaler skips has an inf gradient norm; it was written as "", the cell of a norm
+    never measured, so a reader could not tell an overflow from no measurement."""
+    from repro.train.logs import Pending, RunLog
+
+    log = RunLog(tmp_path, [], 0, enabled=True)
+    one = torch.tensor(1.0)
+    for step, g in enumerate([torch.tensor(float("inf")), torch.tensor(float("nan")), None, torch.tensor(2.5)], 1):
+        log.add(Pending(step, step, 1, 0.1, one, g, None, 0.0, 1e-3))
+    log.flush()
+    log.close()
+    assert [r["grad_norm"] for r in rows(tmp_path / "log.csv")] == ["inf", "nan", "", "2.5"]
+    assert math.isinf(float(rows(tmp_path / "log.csv")[0]["grad_norm"]))
+
+
+@pytest.mark.parametrize("stop_at", [0, 2, 3])
+def test_stop_at_or_before_the_checkpoint_runs_no_step(corpus, tmp_path, stop_at):
+    """Resuming at step 3 with stop_at <= 3 reported end_step < start_step (steps 4..2); now no step
+    runs, the result says so, and the checkpoint is untouched."""
+    cfg = tiny(corpus)
+    train(cfg, tmp_path, stop_at=3, progress=False)
+    before = (tmp_path / "checkpoint.pt").read_bytes()
+    res = train(cfg, tmp_path, stop_at=stop_at, progress=False)
+    assert (res.status, res.start_step, res.end_step, res.losses) == ("stopped", 3, 3, [])
+    assert (tmp_path / "checkpoint.pt").read_bytes() == before
+    with pytest.raises(ValueError, match="stop_at"):
+        train(cfg, tmp_path, stop_at=-1, progress=False)
