@@ -55,7 +55,7 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
                 "paper_val_loss": paper.get(paper_key, np.nan),
                 "ours_mean": vals.mean() if len(vals) else np.nan,
                 "ours_seeds": ", ".join(f"{x:.4f}" for x in vals),
-                "ours_spread": np.ptp(vals) if len(vals) else np.nan,
+                "ours_spread": np.ptp(vals) if len(vals) > 1 else np.nan,  # one seed: no spread measured (not 0)
             }
         )
     t = pd.DataFrame(rows)
@@ -64,11 +64,15 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
+def _spread(x: float) -> str:
+    return "n/a (one seed)" if x != x else f"{x:.3f}"
+
+
 def summary(df: pd.DataFrame) -> str:
     t = compare(df).set_index("method")
     return (
         f"fst - dense validation loss: ours {t.loc['fst', 'ours_gap']:+.3f} (seed spreads "
-        f"{t.loc['dense', 'ours_spread']:.3f} / {t.loc['fst', 'ours_spread']:.3f}) vs paper "
+        f"{_spread(t.loc['dense', 'ours_spread'])} / {_spread(t.loc['fst', 'ours_spread'])}) vs paper "
         f"{t.loc['fst', 'paper_gap']:+.3f}; {P.scale_note(df)}"
     )
 
@@ -102,9 +106,12 @@ def verdict(df: pd.DataFrame) -> Verdict:
         return Verdict("not comparable", "the paper's fst/dense gap is missing from the paper data")
     diff = ours - paper
     status = "reproduced" if abs(diff) <= GAP_TOL else ("falls short" if diff > 0 else "exceeds")
-    spread = max(float(t["ours_spread"].max()), 0.0)
+    spreads = t["ours_spread"].dropna()
+    spread = "seed spread not measured (one seed)"
+    if len(spreads) == len(t):
+        spread = f"seed spread up to {spreads.max():.3f}"
     return Verdict(
         status,
-        f"gap fst - dense {ours:+.3f} vs paper {paper:+.3f} (tolerance {GAP_TOL}), seed spread up to {spread:.3f}; "
+        f"gap fst - dense {ours:+.3f} vs paper {paper:+.3f} (tolerance {GAP_TOL}), {spread}; "
         f"absolute losses not comparable ({P.scale_note(df)} vs OpenWebText)",
     )

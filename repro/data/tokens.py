@@ -85,7 +85,8 @@ def write_corpus(
 ) -> dict[str, Any]:
     """Tokenise ``docs`` (in the order given) into ``out/{train,val}.bin`` + ``manifest.json``.
 
-    Exact duplicates (same text) are dropped, the split is :func:`split_of` the id (or ``split_fn``
+    Exact duplicates (same text) and empty documents are dropped (counted per source as
+    ``duplicates_dropped`` and ``empty_dropped``), the split is :func:`split_of` the id (or ``split_fn``
     of it, described in the manifest by ``split_method``), and every
     document is followed by the end-of-text token. Files are written under temporary names and
     renamed at the end, so an interrupted build never leaves files that look complete.
@@ -130,9 +131,10 @@ def write_corpus(
         batch: list[Document] = []
         for doc in docs:
             digest = hashlib.sha256(doc.text.encode()).digest()
-            if digest in seen or not doc.text.strip():
+            if digest in seen or not doc.text.strip():  # an empty document is no duplicate: counted apart
                 src = per_source.setdefault(doc.id.split("/", 1)[0], {"duplicates_dropped": 0})
-                src["duplicates_dropped"] += 1
+                key = "duplicates_dropped" if doc.text.strip() else "empty_dropped"
+                src[key] = src.get(key, 0) + 1
                 continue
             seen.add(digest)
             batch.append(doc)

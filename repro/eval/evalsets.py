@@ -216,10 +216,20 @@ def read_request_docs(blob: bytes) -> list[dict[str, Any]]:
 
 
 def _label_int(v: Any, what: str) -> int:
+    """``v`` as an int: "1", 1 and 1.0 pass; 0.7, True, "1.5" and NaN are refused (int() truncated them)."""
+    if isinstance(v, bool):
+        raise DataError(f"{what}: label {v!r} is not an integer")
     try:
-        return int(v)
-    except (TypeError, ValueError):
+        f = float(v)
+        if isinstance(v, str):
+            n = int(v.strip())
+        elif f.is_integer():
+            n = int(f)
+        else:
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
         raise DataError(f"{what}: label {v!r} is not an integer") from None
+    return n
 
 
 def convert_piqa(rows: list[dict]) -> list[dict]:

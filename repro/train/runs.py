@@ -21,6 +21,7 @@ import json
 import math
 import os
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +75,13 @@ def _record_call(run_dir: Path, device: torch.device, max_minutes: float | None)
     prov = provenance(device)
     try:
         doc = json.loads(path.read_text()) if path.exists() else {**prov, "calls": []}
-    except (OSError, ValueError):
-        doc = {**prov, "calls": []}
+        if not isinstance(doc, dict) or not isinstance(doc.get("calls"), list):
+            raise ValueError("no list of calls")
+    except (OSError, ValueError) as exc:  # keep what was there (never lose a run's history), start anew
+        kept = path.with_name(f"provenance.unreadable-{_dt.datetime.now().strftime('%Y%m%dT%H%M%S%f')}.json")
+        os.replace(path, kept)
+        print(f"[train] {path} was unreadable ({exc}); kept as {kept.name}, a new one started", file=sys.stderr)
+        doc = {**prov, "calls": [], "earlier_provenance_unreadable": kept.name}
     doc["calls"].append(
         {
             "timestamp": prov["timestamp"],

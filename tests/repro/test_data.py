@@ -236,7 +236,8 @@ def test_write_corpus_drops_duplicates_and_empty(cache, tmp_path):
     docs = [Document("a/1", "the cat"), Document("a/2", "the cat"), Document("a/3", "  "), Document("a/4", "x")]
     m = write_corpus(docs, tmp_path, enc, tokenizer=info, sources=[{"name": "a"}], val_fraction=0.0)
     assert m["splits"]["train"]["documents"] == 2 and m["splits"]["val"]["documents"] == 0
-    assert m["sources"][0]["stats"]["duplicates_dropped"] == 2
+    assert m["sources"][0]["stats"]["duplicates_dropped"] == 1  # the empty one is counted apart
+    assert m["sources"][0]["stats"]["empty_dropped"] == 1
     assert len(TokenFile(tmp_path, "val")) == 0  # an empty split opens (and has no windows)
 
 

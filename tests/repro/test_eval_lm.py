@@ -507,3 +507,13 @@ def test_summarise_never_drops_a_task_or_an_unchecked_metric():
     unlogged = {"results": {"piqa_offline": {"acc,none": 0.5}}, "samples": {}}
     with pytest.raises(RuntimeError, match="logged no per-example values"):
         _summarise(unlogged, {"piqa": "piqa_offline"}, iters=10, confidence=0.95, seed=0)
+
+
+def test_set_labels_are_whole_numbers_never_truncated():
+    """int() truncated a label of 0.7 to 0 (a wrong gold answer, scored without a word)."""
+    assert [ev._label_int(v, "piqa") for v in ("1", " 0 ", 1, 1.0, np.int64(2))] == [1, 0, 1, 1, 2]
+    for bad in (0.7, True, "1.5", float("nan"), float("inf"), None, "a"):
+        with pytest.raises(ev.DataError, match="not an integer"):
+            ev._label_int(bad, "piqa")
+    with pytest.raises(ev.DataError, match="not an integer"):
+        ev.convert_piqa([{"goal": "g", "sol1": "a", "sol2": "b", "label": 0.7}])

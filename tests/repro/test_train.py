@@ -622,3 +622,18 @@ def test_stop_at_or_before_the_checkpoint_runs_no_step(corpus, tmp_path, stop_at
     assert (tmp_path / "checkpoint.pt").read_bytes() == before
     with pytest.raises(ValueError, match="stop_at"):
         train(cfg, tmp_path, stop_at=-1, progress=False)
+
+
+@pytest.mark.parametrize("bad", ["{not json", "[]", '{"calls": 3}'])
+def test_an_unreadable_provenance_is_kept_aside_never_overwritten(corpus, tmp_path, bad, capsys):
+    """A provenance.json that did not parse was silently replaced: the run's earlier calls were lost."""
+    cfg = tiny(corpus, steps=2)
+    run = tmp_path / "run"
+    ensure_run(cfg, run, stop_at=1, progress=False)
+    (run / "provenance.json").write_text(bad)
+    assert ensure_run(cfg, run, progress=False) == "finished"
+    kept = list(run.glob("provenance.unreadable-*.json"))
+    assert len(kept) == 1 and kept[0].read_text() == bad
+    doc = json.loads((run / "provenance.json").read_text())
+    assert doc["earlier_provenance_unreadable"] == kept[0].name and len(doc["calls"]) == 1
+    assert "unreadable" in capsys.readouterr().err

@@ -150,3 +150,29 @@ def test_table5_missing_paper_gap_is_not_comparable(monkeypatch):
     )
     monkeypatch.setattr(t5, "_paper", lambda: {"dense": 2.85})  # the fst value missing
     assert t5.verdict(df).status == "not comparable"
+
+
+def test_table5_one_seed_has_no_spread_not_a_zero_one():
+    """With one seed per method the spread read 0.000, as if the seeds agreed exactly."""
+    import suites.table5 as t5
+
+    def frame(values: dict[str, list[float]]) -> pd.DataFrame:
+        pairs = [(m, v) for m, vs in values.items() for v in vs]
+        return pd.DataFrame(
+            {
+                "metric": "val_loss",
+                "method": [m for m, _ in pairs],
+                "value": [v for _, v in pairs],
+                "dtype": "bf16",
+                "device": "nvidia-h100",
+                "profile": "full",
+                "shape": "gpt2-124m/9800000tok",
+            }
+        )
+
+    one = frame({"dense": [3.30], "fst": [3.31]})
+    assert t5.compare(one)["ours_spread"].isna().all()
+    assert "n/a (one seed)" in t5.summary(one) and "0.000" not in t5.summary(one)
+    assert "seed spread not measured" in t5.verdict(one).caveat
+    two = frame({"dense": [3.30, 3.32], "fst": [3.31, 3.35]})
+    assert "seed spread up to 0.040" in t5.verdict(two).caveat
