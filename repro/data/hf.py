@@ -61,7 +61,12 @@ def hf_corpus(
                 return
             if text_field not in row:
                 raise DataError(f"{tag} has no field {text_field!r} (fields: {', '.join(row)}); pass text_field=")
-            yield Document(f"hf/{tag}/{i}", normalise_text(str(row[text_field])))
+            text = row[text_field]
+            if text is None:  # a null field is an empty document (dropped and counted), never the text "None"
+                text = ""
+            if not isinstance(text, str):
+                raise DataError(f"{tag} row {i}: field {text_field!r} is a {type(text).__name__}, not text")
+            yield Document(f"hf/{tag}/{i}", normalise_text(text))
 
     cmd = ["python", "-m", "repro", "data", "hf", name, "--split", split, "--text-field", text_field, "--out", str(out)]
     if config:
@@ -70,6 +75,7 @@ def hf_corpus(
         cmd += ["--max-documents", str(max_documents)]
     if data_files is not None:
         cmd += ["--data-files", str(data_files)]
+    cmd += ["--val-fraction", repr(val_fraction)] + ([] if streaming else ["--no-streaming"])
     source = {
         "name": "hf",
         "dataset": name,

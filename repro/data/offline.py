@@ -584,11 +584,17 @@ def build_corpus(
         raise DataError(f"unknown corpus {name!r}; choose from {', '.join(CORPORA)}")
     c = CORPORA[name]
     out = Path(out) if out is not None else c.out
-    rebuild = (
-        REBUILD.format(out=out)
-        if name == "offline-en"
-        else f"python -m repro data build --corpus {name} --out {out} (or, for {c.out}: snakemake data_plus)"
-    )
+    # the command printed with every DataError must rebuild this corpus: its sources and split too
+    flags = ""
+    if sources and tuple(sources) != tuple(c.sources):
+        flags += f" --sources {','.join(sources)}"
+    if val_fraction is not None and val_fraction != c.val_fraction:
+        flags += f" --val-fraction {val_fraction!r}"
+    if name == "offline-en":
+        rebuild = REBUILD.format(out=out) if not flags else f"python -m repro data build --out {out}{flags}"
+    else:
+        rebuild = f"python -m repro data build --corpus {name} --out {out}{flags}"
+        rebuild += "" if flags else f" (or, for {c.out}: snakemake data_plus)"
     manifest = build_offline(
         out,
         tuple(sources or c.sources),

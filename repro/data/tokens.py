@@ -202,16 +202,28 @@ class TokenFile:
     """One split of a token corpus, memory-mapped: checked against the manifest's size on open (a
     truncated or missing file fails here, not mid-run) and against its sha256 by :meth:`verify`."""
 
-    def __init__(self, path: Path | str, split: str = "train", verify: bool = False) -> None:
+    def __init__(self, path: Path | str, split: str | None = None, verify: bool = False) -> None:
+        """``path``: the corpus folder, its ``manifest.json`` or a split's ``.bin`` file (which names
+        the split); ``split``: train (the default) or val, refused where it contradicts the file."""
         path = Path(path)
-        if path.suffix == ".bin":
+        if path.name == "manifest.json":
+            path = path.parent
+        elif path.suffix == ".bin":
+            if split is not None and split != path.stem:
+                raise InputError(f"{path} is the {path.stem!r} split's file, not the {split!r} split's")
             path, split = path.parent, path.stem
+        split = "train" if split is None else split
         if split not in SPLITS:
             raise InputError(f"split must be one of {SPLITS}, got {split!r}")
         self.dir, self.split = path, split
         self.manifest = read_manifest(path)
         self.info = self.manifest["splits"][split]
         self.rebuild = self.manifest.get("rebuild", DEFAULT_REBUILD)
+        if self.info.get("file") != f"{split}.bin":  # a manifest never points outside its folder
+            raise DataError(
+                f"{path}/manifest.json names {self.info.get('file')!r} as the {split} file, not {split}.bin; "
+                f"rebuild it with: {self.rebuild}"
+            )
         self.path = path / self.info["file"]
         if not self.path.exists():
             raise DataError(f"token file {self.path} is missing; rebuild it with: {self.rebuild}")
@@ -224,6 +236,11 @@ class TokenFile:
         self.tokens = np.memmap(self.path, dtype=np.uint16, mode="r") if want else np.zeros(0, np.uint16)
         if verify:
             self.verify()
+
+    def identity(self) -> dict[str, Any]:
+        """What names this split's tokens (its manifest's sha256 and count): a run records it, so a
+        resume on a rebuilt corpus with other tokens is refused."""
+        return {"sha256": self.info["sha256"], "tokens": int(self.info["tokens"])}
 
     def __len__(self) -> int:
         return int(self.tokens.size)
@@ -244,6 +261,9 @@ class TokenFile:
         the uninterrupted run drew; pass a ``torch.Generator`` instead to draw from its state."""
         import torch
 
+        for name, v, lo in (("batch", batch, 1), ("seq_len", seq_len, 1), ("step", step, 0), ("seed", seed, 0)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+                raise InputError(f"{name} must be an int >= {lo}, got {v!r}")
         high = len(self) - seq_len  # a window needs seq_len + 1 tokens
         if high <= 0:
             raise InputError(f"{self.path} holds {len(self)} tokens, too few for windows of {seq_len} + 1")
@@ -260,7 +280,7 @@ def token_batches(
     path: Path | str,
     batch: int,
     seq_len: int,
-    split: str = "train",
+    split: str | None = None,
     generator: Any = None,
     *,
     seed: int = 0,
@@ -268,7 +288,8 @@ def token_batches(
     device: Any = None,
 ) -> Iterator[tuple[Any, Any]]:
     """Endless ``(x, y)`` batches of random windows from a token corpus. Without a generator, batch
-    i depends only on ``(seed, start + i)``: a run resumed with ``start=step`` continues exactly."""
+    i depends only on ``(seed, start + i)``: a run resumed with ``start=step`` continues exactly.
+    ``split``: train (the default) or val, or the one a ``.bin`` ``path`` names."""
     tf = TokenFile(path, split)
     step = start
     while True:

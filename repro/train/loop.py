@@ -22,7 +22,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from repro.data import DataError
 from repro.dist_guard import all_ranks_succeeded, inject_test_fault, rank_guard
+from repro.results import InputError
 from repro.train.checkpoint import load_checkpoint, restore, save_checkpoint
 from repro.train.config import TrainConfig
 from repro.train.flip import FlipTracker
@@ -41,7 +43,7 @@ from repro.train.parts import (
 )
 from repro.train.step import lr_at, train_step
 
-__all__ = ["RunResult", "train"]
+__all__ = ["RunResult", "check_stops", "train"]
 
 AMP = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
 
@@ -65,6 +67,17 @@ class RunResult:
     wall_s: float
 
 
+def check_stops(stop_at: object, max_minutes: object) -> None:
+    """``stop_at`` a step >= 0 and ``max_minutes`` a finite number > 0 (or None): an InputError otherwise
+    (a negative limit stopped after one step; NaN meant no limit)."""
+    if stop_at is not None and (isinstance(stop_at, bool) or not isinstance(stop_at, int) or stop_at < 0):
+        raise InputError(f"stop_at must be a step number >= 0, got {stop_at!r}")
+    if max_minutes is not None:
+        ok = not isinstance(max_minutes, bool) and isinstance(max_minutes, (int, float))
+        if not ok or not math.isfinite(max_minutes) or max_minutes <= 0:
+            raise InputError(f"max_minutes must be a finite number > 0, got {max_minutes!r}")
+
+
 def train(
     cfg: TrainConfig,
     run_dir: str | Path,
@@ -79,8 +92,7 @@ def train(
     """Train ``cfg`` in ``run_dir`` (resuming its checkpoint.pt) to ``cfg.steps`` or until stopped.
     Under ``torchrun``: returns only once every rank has finished without error; otherwise raises
     ``RankFailure`` naming the rank (``repro.dist_guard``), so the caller marks nothing finished."""
-    if stop_at is not None and (isinstance(stop_at, bool) or not isinstance(stop_at, int) or stop_at < 0):
-        raise ValueError(f"stop_at must be a step number >= 0, got {stop_at!r}")
+    check_stops(stop_at, max_minutes)
     d = init_distributed()
     try:
         with rank_guard("repro train"):
@@ -140,6 +152,12 @@ def _train(
             raise ValueError(
                 f"cannot resume {ckpt_path}: it ran on {ckpt['extra'].get('world', 1)} processes, not {d.world}"
             )
+        seen = ckpt["extra"].get("data")  # checkpoints before this record: not checked
+        if seen is not None and seen != data.identity:
+            raise DataError(
+                f"cannot resume {ckpt_path}: its corpus {cfg.data} was rebuilt with other tokens since "
+                f"(recorded {seen}, now {data.identity}); train in a new run folder, or restore the corpus"
+            )
         flips.load_state_dict(ckpt["extra"].get("flip", {}))
         start, tokens = int(ckpt["step"]), int(ckpt["tokens"])
         del ckpt
@@ -157,7 +175,7 @@ def _train(
     def save(at: int) -> None:
         log.flush(sync=True)
         if d.main:
-            extra = {"flip": flips.state_dict(), "world": d.world}
+            extra = {"flip": flips.state_dict(), "world": d.world, "data": data.identity}
             save_checkpoint(
                 ckpt_path, step=at, tokens=tokens, model=model, optimizer=optimizer, cfg=cfg, scaler=scaler, extra=extra
             )

@@ -182,6 +182,12 @@ class TrainData:
         for tf in (self.train, self.val):
             if tf.path.stat().st_size <= _VERIFY_BYTES:
                 tf.verify()
+            if len(tf) < cfg.seq_len + 1:  # else the run would fail at its first evaluation, steps later
+                raise DataError(
+                    f"{tf.path} holds {len(tf)} tokens, too few for one window of seq_len {cfg.seq_len} + 1 "
+                    f"(every run evaluates on the val split); rebuild it with: {tf.rebuild}"
+                )
+        self.identity = {"train": self.train.identity(), "val": self.val.identity()}
         self.cfg, self.d, self.device = cfg, d, device
         self.per_rank = cfg.batch_size * cfg.grad_accum
 

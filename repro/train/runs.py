@@ -27,12 +27,12 @@ from typing import Any
 
 import torch
 
-from repro.data import TokenFile
+from repro.data import DataError, TokenFile
 from repro.provenance import device_slug, provenance
-from repro.results import results_root
+from repro.results import InputError, results_root
 from repro.train.checkpoint import atomic_write_text, check_config
 from repro.train.config import TrainConfig
-from repro.train.loop import train
+from repro.train.loop import check_stops, train
 from repro.train.parts import resolve_data
 
 __all__ = ["ensure_run", "read_summary", "run_dir_for", "run_id", "summarise"]
@@ -135,6 +135,29 @@ def summarise(cfg: TrainConfig, run_dir: Path, gemm_tflops: float, world: int = 
     }
 
 
+def corpus_identity(cfg: TrainConfig) -> dict[str, Any]:
+    """The sha256 and token count of ``cfg``'s train and val splits (from the manifest)."""
+    return {s: TokenFile(resolve_data(cfg.data), s).identity() for s in ("train", "val")}
+
+
+def _check_finished_data(summary: dict[str, Any], cfg: TrainConfig, run_dir: Path) -> None:
+    """A finished run recorded on another corpus than the one ``cfg.data`` holds now is refused (its
+    results would be reported for data it never saw). Runs without the record, or a corpus that is
+    gone, are not checked."""
+    seen = summary.get("data")
+    if seen is None:
+        return
+    try:
+        now = corpus_identity(cfg)
+    except InputError:
+        return
+    if now != seen:
+        raise DataError(
+            f"{run_dir} finished on another corpus than {cfg.data} holds now (recorded {seen}, now {now}); "
+            "remove the run folder to train again on this one, or restore the corpus"
+        )
+
+
 def ensure_run(
     cfg: TrainConfig,
     run_dir: str | Path,
@@ -148,12 +171,14 @@ def ensure_run(
     """Train whatever of ``cfg``'s run in ``run_dir`` is missing; "finished" or "stopped" (deadline or
     ``stop_at``; call again to continue). ``gemm_tflops``: the dense GEMM rate for the MFU (measured
     when None)."""
+    check_stops(stop_at, max_minutes)  # before anything is written
     run_dir = Path(run_dir)
     cfg_path = run_dir / "config.json"
     if cfg_path.exists():
         check_config(TrainConfig.load(cfg_path).to_dict(), cfg, cfg_path)
     summary = read_summary(run_dir)
     if summary is not None and summary.get("status") == "finished":
+        _check_finished_data(summary, cfg, run_dir)
         return "finished"
     dev = torch.device(device) if device is not None else None
     for split in ("train", "val"):  # a missing corpus fails before the run directory is made
@@ -170,5 +195,6 @@ def ensure_run(
 
             gemm_tflops = measure_ceilings(dev or _default_device()).gemm_tflops
         summary = summarise(cfg, run_dir, gemm_tflops, int(os.environ.get("WORLD_SIZE", "1")))
+        summary["data"] = corpus_identity(cfg)
         atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     return res.status

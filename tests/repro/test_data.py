@@ -24,6 +24,7 @@ from repro.data import offline as off
 from repro.data.clean import clean_pod, clean_rest, debian_licence, pod_inline, rest_inline, spdx_identifiers
 from repro.data.offline import build_offline, compare_expected, expected_summary, normalise_text, strip_brown_tags
 from repro.data.tokens import SPLITS, Document, split_of, write_corpus
+from repro.results import InputError
 
 REPO = Path(__file__).resolve().parents[2]
 WORDS = "the jury said it was a fine day and the king of the castle came home to his people".split()  # noqa: SIM905
@@ -669,3 +670,68 @@ def test_a_rebuild_stopped_before_its_manifest_leaves_no_stale_manifest(cache, t
     monkeypatch.undo()
     with pytest.raises(DataError, match="manifest.json is missing"):
         TokenFile(tmp_path, "train")
+
+
+def test_token_file_paths_name_their_split_and_stay_in_the_corpus(corpus, tmp_path, capsys):
+    """data info DIR/train.bin listed train twice as 'val ... verified' (val.bin never read); a manifest
+    path failed as a missing file; a manifest's file entry could point outside its folder."""
+    assert TokenFile(corpus / "val.bin").split == "val" and TokenFile(corpus / "manifest.json").split == "train"
+    assert len(TokenFile(corpus / "val.bin")) == len(TokenFile(corpus, "val"))
+    with pytest.raises(InputError, match="the 'train' split's file, not the 'val'"):
+        TokenFile(corpus / "train.bin", "val")
+    bad = _copy(corpus, tmp_path / "corrupt-val")
+    flipped = bytearray((bad / "val.bin").read_bytes())
+    flipped[0] ^= 0xFF
+    (bad / "val.bin").write_bytes(bytes(flipped))
+    for path in (bad / "train.bin", bad / "manifest.json", bad):
+        assert main(["data", "info", str(path), "--verify"]) == 2
+        assert "val.bin is corrupt" in capsys.readouterr().err
+    out = _copy(corpus, tmp_path / "escape")
+    m = json.loads((out / "manifest.json").read_text())
+    m["splits"]["val"]["file"] = "../escape-target/train.bin"
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(DataError, match="names '../escape-target/train.bin' as the val file"):
+        TokenFile(out, "val")
+
+
+@pytest.mark.parametrize(
+    "kw, what",
+    [({"batch": 0}, "batch"), ({"seq_len": 0}, "seq_len"), ({"seq_len": -5}, "seq_len"), ({"step": -1}, "step"),
+     ({"seed": -1}, "seed"), ({"batch": 2.0}, "batch"), ({"seq_len": True}, "seq_len")],
+)  # fmt: skip
+def test_batches_refuse_bad_sizes(corpus, kw, what):
+    """seq_len 0 or -5 gave (batch, 0) windows without a word; batch 0 a numpy stacking error."""
+    args = {"batch": 2, "seq_len": 8, "step": 0, "seed": 0, **kw}
+    with pytest.raises(InputError, match=f"{what} must be an int"):
+        TokenFile(corpus).batch(args.pop("batch"), args.pop("seq_len"), **args)
+
+
+def test_hf_null_text_is_an_empty_document_and_other_types_are_refused(cache, tmp_path, monkeypatch):
+    """A null text field became the document 'None' (and its second copy a 'duplicate')."""
+    import repro.data.hf as hf
+
+    enc = _encoding(cache)
+    rows = [{"text": "real document one"}, {"text": None}, {"text": "real document two"}, {"text": None}]
+    monkeypatch.setattr(hf, "_load", lambda *a: rows)
+    m = hf.hf_corpus("stub", out=tmp_path / "a", val_fraction=0.0, encoding=enc)
+    stats = m["sources"][0]["stats"]
+    assert m["splits"]["train"]["documents"] == 2 and stats["empty_dropped"] == 2 and stats["duplicates_dropped"] == 0
+    monkeypatch.setattr(hf, "_load", lambda *a: [{"text": ["a", "list"]}])
+    with pytest.raises(DataError, match="row 0: field 'text' is a list, not text"):
+        hf.hf_corpus("stub", out=tmp_path / "b", val_fraction=0.0, encoding=enc)
+
+
+def test_rebuild_commands_rebuild_the_same_corpus(cache, tmp_path, monkeypatch):
+    """The stored command dropped --sources and --val-fraction (offline) and --val-fraction and
+    --no-streaming (hf): following it built another corpus."""
+    import repro.data.hf as hf
+
+    seen = {}
+    monkeypatch.setattr(off, "build_offline", lambda out, sources, cache, **kw: seen.update(kw) or {})
+    off.build_corpus("offline-en", tmp_path / "mine", sources=["brown"], val_fraction=0.2)
+    assert seen["rebuild"] == f"python -m repro data build --out {tmp_path / 'mine'} --sources brown --val-fraction 0.2"
+    off.build_corpus("offline-en", tmp_path / "default")
+    assert seen["rebuild"] == off.REBUILD.format(out=tmp_path / "default")
+    monkeypatch.setattr(hf, "_load", lambda *a: [{"text": "one document"}])
+    m = hf.hf_corpus("stub", out=tmp_path / "h", val_fraction=0.3, streaming=False, encoding=_encoding(cache))
+    assert m["rebuild"].endswith("--val-fraction 0.3 --no-streaming")

@@ -637,3 +637,50 @@ def test_an_unreadable_provenance_is_kept_aside_never_overwritten(corpus, tmp_pa
     doc = json.loads((run / "provenance.json").read_text())
     assert doc["earlier_provenance_unreadable"] == kept[0].name and len(doc["calls"]) == 1
     assert "unreadable" in capsys.readouterr().err
+
+
+def _byte_corpus(out: Path, word: str, val_fraction: float = 0.1) -> Path:
+    docs = (Document(f"toy/{i}", f"{word} {i} " * 20) for i in range(200))
+    write_corpus(docs, out, _ByteEncoding(), tokenizer={"name": "bytes", "n_vocab": 256}, sources=[{"name": "toy"}],
+                 val_fraction=val_fraction, progress=lambda *a, **k: None)  # fmt: skip
+    return out
+
+
+def test_a_rebuilt_corpus_is_never_resumed_on_or_reported_as_seen(tmp_path):
+    """A resume after the corpus was rebuilt with other tokens went on with them, and a finished run
+    was reported finished for a corpus it never saw; both are refused now, naming the cause."""
+    data = _byte_corpus(tmp_path / "data", "cat")
+    cfg = tiny(data, steps=4)
+    assert ensure_run(cfg, tmp_path / "run", stop_at=2, progress=False) == "stopped"
+    _byte_corpus(data, "dog", val_fraction=0.2)  # the same folder rebuilt
+    with pytest.raises(DataError, match="cannot resume .*rebuilt with other tokens"):
+        ensure_run(cfg, tmp_path / "run", progress=False)
+    _byte_corpus(data, "cat")  # the first corpus again, byte for byte: the run continues and finishes
+    assert ensure_run(cfg, tmp_path / "run", gemm_tflops=1.0, progress=False) == "finished"
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["data"]["train"]["tokens"] > 0
+    assert ensure_run(cfg, tmp_path / "run", progress=False) == "finished"
+    _byte_corpus(data, "dog")
+    with pytest.raises(DataError, match="finished on another corpus"):
+        ensure_run(cfg, tmp_path / "run", progress=False)
+
+
+def test_a_val_split_too_short_for_one_window_fails_before_the_first_step(tmp_path):
+    """val_fraction 0 trained until the first evaluation, then failed and lost those steps."""
+    data = _byte_corpus(tmp_path / "data", "cat", val_fraction=0.0)
+    with pytest.raises(DataError, match="val.bin holds 0 tokens, too few for one window"):
+        train(tiny(data), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / "log.csv").exists()
+
+
+@pytest.mark.parametrize("bad", [["--stop-at", "-1"], ["--max-minutes", "-5"], ["--max-minutes", "nan"]])
+def test_cli_train_refuses_bad_limits_before_writing(corpus, tmp_path, capsys, bad):
+    """--stop-at -1 gave a traceback after writing the run folder; --max-minutes -5 stopped after one
+    step and nan meant no limit."""
+    from repro.cli import main
+
+    cfg_path = tmp_path / "cfg.json"
+    tiny(corpus).save(cfg_path)
+    assert main(["train", "--config", str(cfg_path), "--run-dir", str(tmp_path / "run"), *bad]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("stop_at must be" in err or "max_minutes must be" in err)
+    assert not (tmp_path / "run").exists()
