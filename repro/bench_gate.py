@@ -67,17 +67,40 @@ def run_files(paths: list[str | Path]) -> list[Path]:
             out.append(p)
         else:
             raise GateError(f"{p}: no such run file or folder")
-    return out
+    seen: set[Path] = set()
+    unique = []
+    for q in out:  # a file named twice (itself and its folder) is one run, not two
+        if q.resolve() not in seen:
+            seen.add(q.resolve())
+            unique.append(q)
+    return unique
 
 
 def medians(run: dict) -> dict[str, float]:
-    """fullname -> median device milliseconds per call, for every benchmark with stats."""
+    """fullname -> median device milliseconds per call, for every benchmark with stats; a GateError
+    naming the file for a benchmark without a name or with a median that is not a number."""
     out = {}
-    for b in run["benchmarks"]:
+    src = run.get("_source", "run")
+    for i, b in enumerate(run["benchmarks"]):
+        name = b.get("fullname") if isinstance(b, dict) else None
+        if not isinstance(name, str) or not name:
+            raise GateError(f"{src}: benchmark {i} has no text 'fullname'")
         st = b.get("stats") or {}
         if isinstance(st, dict) and st.get("median") is not None:
-            out[b["fullname"]] = float(st["median"]) * 1e3
+            med = st["median"]
+            if isinstance(med, bool) or not isinstance(med, (int, float)):
+                raise GateError(f"{src}: {name}: median {med!r} is not a number")
+            out[name] = float(med) * 1e3
     return out
+
+
+def timers(run: dict) -> dict[str, str]:
+    """fullname -> how the benchmark was timed (``extra_info.timer``; "" where not said)."""
+    return {b["fullname"]: str((b.get("extra_info") or {}).get("timer", "")) for b in run["benchmarks"]}
+
+
+def _uncaptured(timer: str) -> bool:
+    return timer.startswith("device-clock/") and "graph" not in timer
 
 
 def host_synced(run: dict) -> set[str]:
@@ -86,12 +109,7 @@ def host_synced(run: dict) -> set[str]:
     On a second H100 machine start, with other jobs on the host, three of the four moved by
     6-35% with no code change (results/benchmarks/<gpu>/second-start-aa132e4): the gate reports
     them and fails only past ``HOST_SYNCED_FLOOR``; their kernels are gated through captured twins."""
-    out = set()
-    for b in run["benchmarks"]:
-        timer = str((b.get("extra_info") or {}).get("timer", ""))
-        if timer.startswith("device-clock/") and "graph" not in timer:
-            out.add(b["fullname"])
-    return out
+    return {name for name, timer in timers(run).items() if _uncaptured(timer)}
 
 
 def _gpu(run: dict) -> str:
@@ -123,6 +141,11 @@ def _valid_ms(v: float) -> bool:
 
 def make_baseline(runs: list[dict], mult: float = MULT, floor: float = FLOOR, require_device_time: bool = True) -> dict:
     """The gate's baseline from ``runs`` (k >= 2, one GPU): per benchmark baseline, noise, threshold."""
+    for what, v, lo in (("mult", mult, 0.0), ("floor", floor, 0.0)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < lo:
+            raise GateError(f"{what} must be a finite number >= {lo:g}, got {v!r}")
+    if mult == 0:
+        raise GateError("mult must be > 0: thresholds scale the run-to-run spread")
     if len(runs) < 2:
         raise GateError(f"{len(runs)} run(s): thresholds come from run-to-run noise, give at least 2 (3+ better)")
     gpus = {_gpu(r) for r in runs}
@@ -131,7 +154,12 @@ def make_baseline(runs: list[dict], mult: float = MULT, floor: float = FLOOR, re
     if require_device_time:
         for r in runs:
             check_device_time(r)
+    ids = [(_commit(r), str(r.get("datetime", "")), json.dumps(medians(r), sort_keys=True)) for r in runs]
+    dups = sorted({r.get("_source", "?") for r, i in zip(runs, ids, strict=True) if ids.count(i) > 1})
+    if dups:  # a copy counted twice shrinks the spread and inflates k
+        raise GateError(f"the same run given more than once (same commit, time and medians): {dups}")
     per_run = [medians(r) for r in runs]
+    per_timer = [timers(r) for r in runs]
     names = sorted(set().union(*per_run))
     benches: dict[str, dict] = {}
     partial = []
@@ -144,11 +172,15 @@ def make_baseline(runs: list[dict], mult: float = MULT, floor: float = FLOOR, re
             raise GateError(f"{name}: median device times {vals} ms are not all finite and positive")
         base = statistics.median(vals)
         spread = max(abs(v / base - 1.0) for v in vals)
+        how = {t[name] for t in per_timer}
+        if len(how) != 1:
+            raise GateError(f"{name}: timed differently across the runs ({sorted(how)}): not one baseline")
         benches[name] = {
             "baseline_ms": base,
             "runs_ms": vals,
             "spread": spread,
             "threshold": max(mult * spread, floor),
+            "timer": how.pop(),  # a run timed otherwise measures something else (compare: invalid)
         }
     return {
         "version": GATE_VERSION,
@@ -235,7 +267,8 @@ class Report:
     rows: list[Row] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # in the baseline, not in this run
     new: list[str] = field(default_factory=list)  # in this run, not in the baseline
-    invalid: list[str] = field(default_factory=list)  # a non-finite or non-positive time, now or in the baseline
+    invalid: list[str] = field(default_factory=list)  # a non-finite or non-positive time or threshold
+    retimed: list[str] = field(default_factory=list)  # timed otherwise than the baseline (captured -> uncaptured)
     allow_missing: bool = False  # a chosen subset (-k): benchmarks left out do not fail the gate
 
     @property
@@ -249,7 +282,8 @@ class Report:
         nothing, or not the benchmark that regressed, has not passed."""
         return [
             *(["no benchmark compared"] if not self.rows else []),
-            *([f"{len(self.invalid)} with an invalid time"] if self.invalid else []),
+            *([f"{len(self.invalid)} with an invalid time or threshold"] if self.invalid else []),
+            *([f"{len(self.retimed)} timed otherwise than the baseline"] if self.retimed else []),
             *([f"{len(self.missing)} of the baseline missing"] if self.missing and not self.allow_missing else []),
         ]
 
@@ -268,6 +302,7 @@ class Report:
             "host_synced_slower": [r.name for r in self.rows if r.host_synced and r.slower and not r.failed],
             "missing": self.missing,
             "invalid": self.invalid,
+            "retimed": self.retimed,
             "allow_missing": self.allow_missing,
             "new": self.new,
         }
@@ -282,7 +317,7 @@ def compare(gate: dict, run: dict, require_device_time: bool = True, allow_missi
         )
     if require_device_time:
         check_device_time(run)
-    now, synced = medians(run), host_synced(run)
+    now, synced, timing = medians(run), host_synced(run), timers(run)
     rep = Report(gate["gpu"], int(gate.get("k", 0)), dict(gate.get("rule", {})), allow_missing=allow_missing)
     # baselines saved before the absolute floor existed get today's floor
     abs_us = float(rep.rule.setdefault("abs_floor_us", ABS_FLOOR_US))
@@ -293,9 +328,16 @@ def compare(gate: dict, run: dict, require_device_time: bool = True, allow_missi
         if not (_valid_ms(now[name]) and _valid_ms(b["baseline_ms"])):  # NaN > limit is False
             rep.invalid.append(name)
             continue
-        row = Row(
-            name, b["baseline_ms"], now[name], b["threshold"], b["spread"], list(b["runs_ms"]), name in synced, abs_us
-        )
+        th = b.get("threshold")
+        if isinstance(th, bool) or not isinstance(th, (int, float)) or not math.isfinite(th) or th < 0:
+            rep.invalid.append(name)  # a NaN threshold passed everything; a negative one failed on noise
+            continue
+        was = b.get("timer")  # baselines saved before timers were recorded: not checked
+        if was is not None and was != timing[name]:
+            rep.retimed.append(f"{name}: baseline timed {was!r}, this run {timing[name]!r}")
+            continue
+        synced_both = name in synced and (was is None or _uncaptured(was))  # the floor for uncaptured baselines only
+        row = Row(name, b["baseline_ms"], now[name], th, b["spread"], list(b["runs_ms"]), synced_both, abs_us)
         rep.rows.append(row)
     rep.new = sorted(set(now) - set(gate["benchmarks"]))
     return rep
@@ -329,7 +371,9 @@ def format_report(rep: Report) -> str:
                 f"fails only past +{HOST_SYNCED_FLOOR:.0%}"
             )
     for name in rep.invalid:
-        lines.append(f"INVALID {name}: a non-finite or non-positive median device time (fails the gate)")
+        lines.append(f"INVALID {name}: a non-finite or non-positive median device time or threshold (fails the gate)")
+    for what in rep.retimed:
+        lines.append(f"RETIMED {what} (fails the gate: it measures something else, say a new host sync)")
     for name in rep.missing:
         how = "a subset was chosen: not gated" if rep.allow_missing else "fails the gate; skipped or failed?"
         lines.append(f"MISSING {name}: in the baseline, not in this run ({how})")
@@ -350,6 +394,8 @@ def expectation(rep: Report, pattern: str) -> tuple[bool, str]:
     """Whether the failures are exactly the compared benchmarks matching ``pattern`` (a regex,
     searched in the full name), with a line saying what differs: the A/B check."""
     rx = re.compile(pattern)
+    if rep.problems:  # a planted benchmark missing or invalid has not shown that the gate catches it
+        return False, f"the run itself fails the gate: {'; '.join(rep.problems)}"
     expected = {r.name for r in rep.rows if rx.search(r.name)}
     failed = {r.name for r in rep.failures}
     if not expected:

@@ -431,6 +431,10 @@ def _report(
     from repro.bench_gate import compare, expectation, format_report, load_baseline
 
     slug = (run.get("machine_info") or {}).get("gpu_slug")
+    if gate_path is None and slug is not None:  # the run file names the folder: never one outside results/
+        from repro.results import check_device_slug
+
+        slug = check_device_slug(slug, f"{run.get('_source', 'run')}: machine_info.gpu_slug")
     gate = load_baseline(gate_path or _default_gate_dir(slug))
     rep = compare(gate, run, allow_missing=allow_missing)
     print(format_report(rep))

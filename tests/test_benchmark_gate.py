@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -290,7 +291,7 @@ def test_invalid_times_fail_the_gate():
     assert rep.invalid == [run["benchmarks"][0]["fullname"]] and not rep.passed
     assert "INVALID" in bg.format_report(rep)
     with pytest.raises(bg.GateError, match="finite and positive"):
-        bg.make_baseline([_synthetic_run({SYNTH[0][0]: 0.0})] * 2)
+        bg.make_baseline([{**_synthetic_run({SYNTH[0][0]: 0.0}), "datetime": t} for t in ("a", "b")])
 
 
 def test_gate_refuses_bad_inputs():
@@ -498,8 +499,13 @@ def test_host_synced_benchmarks_fail_only_past_their_floor():
     """A benchmark timed uncaptured (its call syncs with the host) moves with host load: on a
     second H100 machine start it drifted 6-35% with no code change. The gate names it (INFO) and
     fails on it only past HOST_SYNCED_FLOOR; a captured benchmark with the same slowdown fails."""
-    gate = bg.make_baseline(_runs(3))
     synced, captured = SYNTH[4][0], SYNTH[1][0]
+    runs = _runs(3)
+    for run in runs:  # the baseline timed it uncaptured too (else the run is RETIMED: see below)
+        for b in run["benchmarks"]:
+            if b["fullname"] == synced:
+                b["extra_info"]["timer"] = "device-clock/cuda-events-readflush"
+    gate = bg.make_baseline(runs)
     now = _now({synced: 1.3, captured: 1.3})
     for b in now["benchmarks"]:
         if b["fullname"] == synced:
@@ -517,3 +523,85 @@ def test_host_synced_benchmarks_fail_only_past_their_floor():
             b["extra_info"]["timer"] = "device-clock/cuda-events-readflush"
     rep = bg.compare(gate, gross)
     assert [r.name for r in rep.failures] == [synced] and "host-synced floor" in bg.format_report(rep)
+
+
+def test_a_benchmark_timed_otherwise_than_its_baseline_fails():
+    """A benchmark that stopped being graph-captured (say a new .item() in its call) was treated as
+    host-synced and given the +50% floor: a 45% slowdown passed."""
+    gate = bg.make_baseline(_runs(3))
+    name = SYNTH[1][0]
+    assert gate["benchmarks"][name]["timer"] == "device-clock/cuda-graph-events-readflush"
+    now = _now({name: 1.45})
+    for b in now["benchmarks"]:
+        if b["fullname"] == name:
+            b["extra_info"]["timer"] = "device-clock/cuda-events-readflush"
+    rep = bg.compare(gate, now)
+    assert not rep.passed and rep.retimed and rep.retimed[0].startswith(name)
+    assert f"RETIMED {name}" in bg.format_report(rep)
+    legacy = json.loads(json.dumps(gate))  # a baseline saved before timers were recorded: as before
+    for b in legacy["benchmarks"].values():
+        del b["timer"]
+    assert not bg.compare(legacy, now).retimed
+
+
+@pytest.mark.parametrize("mult, floor", [(float("nan"), 0.03), (3.0, float("nan")), (-1.0, 0.03), (0.0, 0.03),
+                                         (3.0, -0.1), (float("inf"), 0.03)])  # fmt: skip
+def test_thresholds_must_be_finite_and_non_negative(mult, floor):
+    """--mult nan saved NaN thresholds (invalid JSON), and NaN passed every regression."""
+    with pytest.raises(bg.GateError, match="must be"):
+        bg.make_baseline(_runs(3), mult, floor)
+
+
+def test_a_nan_or_negative_threshold_in_a_baseline_is_invalid():
+    gate = bg.make_baseline(_runs(3))
+    name = SYNTH[0][0]
+    for bad in (float("nan"), -0.1, None):
+        gate["benchmarks"][name]["threshold"] = bad
+        rep = bg.compare(gate, _now({name: 3.0}))
+        assert rep.invalid == [name] and not rep.passed
+
+
+def test_a_run_given_twice_is_refused(tmp_path):
+    """One file named twice (itself and its folder), or a byte copy, counted as two runs: k 2 and
+    zero spread from one run."""
+    runs = _runs(3)
+    for i, run in enumerate(runs):
+        (tmp_path / f"run{i}.json").write_text(json.dumps(run))
+    assert len(bg.run_files([tmp_path, tmp_path / "run0.json"])) == 3
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "run0.json").write_text(json.dumps(runs[0]))
+    loaded = [bg.load_run(p) for p in bg.run_files([tmp_path])]
+    with pytest.raises(bg.GateError, match="the same run given more than once"):
+        bg.make_baseline(loaded)
+
+
+def test_expected_failures_need_a_clean_run():
+    """--expect-fail said OK while planted benchmarks were missing or invalid."""
+    gate = bg.make_baseline(_runs(3))
+    slow, gone = SYNTH[1][0], SYNTH[2][0]
+    run = _now({slow: 1.5})
+    run["benchmarks"] = [b for b in run["benchmarks"] if b["fullname"] != gone]
+    rep = bg.compare(gate, run)
+    ok, why = bg.expectation(rep, re.escape(slow))
+    assert not ok and "missing" in why
+    ok, _ = bg.expectation(bg.compare(gate, _now({slow: 1.5})), re.escape(slow))
+    assert ok
+
+
+def test_bad_run_files_name_the_file():
+    run = _now()
+    run["_source"] = "r.json"
+    run["benchmarks"][0]["stats"]["median"] = "n/a"
+    with pytest.raises(bg.GateError, match=r"r.json: .*median 'n/a' is not a number"):
+        bg.medians(run)
+    del run["benchmarks"][0]["fullname"]
+    with pytest.raises(bg.GateError, match="r.json: benchmark 0 has no text 'fullname'"):
+        bg.medians(run)
+
+
+def test_compare_refuses_a_gpu_slug_that_leaves_the_results_tree(tmp_path, capsys):
+    run = _now()
+    run["machine_info"]["gpu_slug"] = "../../../../tmp/outside_gate"
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    assert repro_main(["bench", "compare", str(tmp_path / "run.json")]) == 2
+    assert "is not a device name" in capsys.readouterr().err
