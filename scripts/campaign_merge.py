@@ -128,14 +128,19 @@ def gpu_slug_of(persist: Path) -> str | None:
 def copy_gate(persist: Path, sha: str, benchmarks: Path) -> list[str]:
     """Every job folder with ``results/benchmarks/<slug>/`` (the gate job) into ``gate-<sha>/``."""
     done = []
-    for bench in sorted(persist.glob("r/*/results/benchmarks/*")):
+    found = sorted(persist.glob("r/*/results/benchmarks/*"))
+    per_gpu = [b.name for b in found]
+    for bench in found:
         job = bench.parents[2]
-        dest = benchmarks / bench.name / f"gate-{sha}"
+        # two gate jobs on one GPU kind each keep their own folder (one overwrote the other's files)
+        dest = benchmarks / bench.name / (f"gate-{sha}" if per_gpu.count(bench.name) == 1 else f"gate-{sha}-{job.name}")
+        dest.mkdir(parents=True, exist_ok=True)
         for sub in (p for p in bench.iterdir() if p.is_dir()):
             shutil.copytree(sub, dest / sub.name, dirs_exist_ok=True)
-        for name in GATE_FILES:
-            if (job / name).exists():
-                shutil.copy2(job / name, dest / name)
+        # every report and log the job wrote beside its results (aa_vs_committed_<sha>.json, gate_check.log)
+        for f in sorted(job.iterdir()):
+            if f.is_file() and (f.name in GATE_FILES or f.suffix == ".log" or f.name.startswith("aa_vs_committed")):
+                shutil.copy2(f, dest / f.name)
         log = persist / "queue" / "logs" / f"{job.name}.log"
         if log.exists():
             shutil.copy2(log, dest / "gate_job.log")

@@ -31,6 +31,10 @@ ROOT = Path(".persist/queue")
 STATUS = ROOT / "status.json"
 
 
+class JobFileError(ValueError):
+    """A job file that cannot be queued (a malformed line, a name twice)."""
+
+
 def parse(path: Path) -> list[dict]:
     """Jobs of a job file, checked: unique names, a positive GPU count, a command."""
     jobs = []
@@ -40,9 +44,28 @@ def parse(path: Path) -> list[dict]:
             continue
         parts = [p.strip() for p in line.split("|", 2)]
         if len(parts) != 3 or not parts[0] or not parts[1].isdigit() or int(parts[1]) < 1 or not parts[2]:
-            raise SystemExit(f"{path}:{n}: expected 'name | gpus | command', got {line!r}")
+            raise JobFileError(f"{path}:{n}: expected 'name | gpus | command', got {line!r}")
         jobs.append({"name": parts[0], "gpus": int(parts[1]), "cmd": parts[2], "state": "pending"})
+    names = [j["name"] for j in jobs]
+    dups = sorted({x for x in names if names.count(x) > 1})
+    if dups:  # one name, one log and one status entry: a second job of that name would take over both
+        raise JobFileError(f"{path}: job names must be unique, repeated: {dups}")
     return jobs
+
+
+def _inbox_jobs(path: Path, names: set[str]) -> list[dict]:
+    """The jobs of an inbox file, or none (the file rejected, with the reason on the queue's log):
+    a bad file dropped in later must neither stop the queue nor take over a queued job's name."""
+    try:
+        new = parse(path)
+    except (JobFileError, OSError, UnicodeDecodeError) as exc:
+        print(f"{time.strftime('%H:%M:%S')} rejected {path}: {exc}", flush=True)
+        return []
+    clash = sorted(j["name"] for j in new if j["name"] in names)
+    if clash:
+        print(f"{time.strftime('%H:%M:%S')} rejected {path}: job names already queued: {clash}", flush=True)
+        return []
+    return new
 
 
 def _gpu_count() -> int:
@@ -60,10 +83,11 @@ def _save(jobs: list[dict]) -> None:
 
 def serve(jobfile: Path) -> None:
     """Run the jobs to the end (the detached process)."""
-    jobs, seen = parse(jobfile), set()
+    try:
+        jobs, seen = parse(jobfile), set()
+    except JobFileError as exc:
+        raise SystemExit(str(exc)) from None
     names = {j["name"] for j in jobs}
-    if len(names) != len(jobs):
-        raise SystemExit("job names must be unique")
     total = _gpu_count()
     free = list(range(total))
     running: dict[str, tuple[subprocess.Popen, list[int], float]] = {}
@@ -72,7 +96,7 @@ def serve(jobfile: Path) -> None:
         for extra in sorted((ROOT / "inbox").glob("*")) if (ROOT / "inbox").exists() else []:
             if extra.name not in seen:
                 seen.add(extra.name)
-                jobs += [j for j in parse(extra) if j["name"] not in names]
+                jobs += _inbox_jobs(extra, names)
                 names |= {j["name"] for j in jobs}
         for name, (proc, gpus, t0) in list(running.items()):
             if proc.poll() is not None:
@@ -132,7 +156,10 @@ def main(argv: list[str]) -> int:
         ROOT.mkdir(parents=True, exist_ok=True)
         jobfile = ROOT / "jobs.txt"
         jobfile.write_text(Path(argv[1]).read_text())
-        parse(jobfile)  # fail here, not in the detached process
+        try:
+            parse(jobfile)  # fail here, not in the detached process
+        except JobFileError as exc:
+            raise SystemExit(str(exc)) from None
         daemon = open(ROOT / "queue.log", "a")  # noqa: SIM115 (the detached process owns it)
         cmd = [sys.executable, __file__, "serve", str(jobfile)]
         subprocess.Popen(cmd, stdout=daemon, stderr=subprocess.STDOUT, start_new_session=True)

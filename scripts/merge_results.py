@@ -29,7 +29,15 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from repro.results import JOURNAL_SUFFIX, locked, read_journal, read_results, write_atomic  # noqa: E402
+from repro.results import (  # noqa: E402
+    JOURNAL_SUFFIX,
+    InputError,
+    check_device_slug,
+    locked,
+    read_journal,
+    read_results,
+    write_atomic,
+)
 
 KEY = ["method", "variant", "shape", "dtype", "metric"]
 
@@ -67,16 +75,25 @@ def _journal_part(journal: Path) -> pd.DataFrame:
 def merge(suite: str, parts: list[Path], into: Path, keep_other_shapes: bool = False, partial: bool = False) -> Path:
     frames = [_part(root, suite, partial) for root in parts]
     new = pd.concat(frames, ignore_index=True)
-    for col in ("_slug", "profile"):
+    for col in ("device", "profile"):
         if new[col].nunique() != 1:
-            raise SystemExit(f"parts differ in {col.strip('_')}: {sorted(new[col].unique())}")
+            raise SystemExit(f"parts differ in {col}: {sorted(new[col].unique())}")
+    # the rows say which device measured them: they go to its folder, whatever folder a part lay in
+    # (a journal copied to ~/Downloads once went to results/Downloads/)
+    slug = str(new["device"].iloc[0])
+    try:
+        check_device_slug(slug, "the parts' rows")
+    except InputError as exc:
+        raise SystemExit(str(exc)) from None
+    for folder in sorted(set(new["_slug"]) - {slug}):
+        print(f"note: a part lay in folder {folder!r}; its rows were measured on {slug!r} and go there")
     # every part measured the device ceilings (copy bandwidth, GEMM rate): the first part's stand
     ceiling = new["method"] == "ceiling"
     new = new[~(ceiling & new.duplicated(KEY, keep="first"))]
     dup = new[new.duplicated(KEY, keep=False)]
     if len(dup):
         raise SystemExit(f"{len(dup)} rows share a key across parts, e.g.\n{dup[KEY].head().to_string()}")
-    slug, profile = new["_slug"].iloc[0], new["profile"].iloc[0]
+    profile = new["profile"].iloc[0]
     from_journal = bool(new["_journal"].any())
     new = new.drop(columns=["_slug", "_journal"])
     path = into / slug / f"{suite}.csv"

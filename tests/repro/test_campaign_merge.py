@@ -179,3 +179,26 @@ def test_an_e2e_part_keeps_the_other_models_rows(tmp_path: Path) -> None:
     df = read_results(into / "cpu" / "fast_figure3_e2e.csv")
     assert sorted(set(df["shape"])) == ["big w1", "smoke w1"]
     assert df[df["shape"] == "smoke w1"]["value"].tolist() == [1.0, 1.0]
+
+
+def test_gate_jobs_keep_every_report_and_their_own_folder(tmp_path: Path) -> None:
+    """Only two fixed file names were copied (gate_check.log and aa_vs_committed_<sha>.json were
+    lost), and two gate jobs on one GPU kind wrote over each other's folder."""
+    from scripts.campaign_merge import copy_gate
+
+    persist = tmp_path / ".persist"
+    for job, text in (("gate", "A"), ("rerun", "B")):
+        bench = persist / "r" / job / "results" / "benchmarks" / "nvidia-h100" / "gate-check"
+        bench.mkdir(parents=True)
+        (bench / "summary.json").write_text(text)
+        (persist / "r" / job / "gate_check.log").write_text(f"log {text}")
+        (persist / "r" / job / "aa_vs_committed_c07e865.json").write_text(f"aa {text}")
+        (persist / "r" / job / "model.pt").write_bytes(b"not a report")
+    done = copy_gate(persist, "abc1234", tmp_path / "benchmarks")
+    assert sorted(Path(d).name for d in done) == ["gate-abc1234-gate", "gate-abc1234-rerun"]
+    for job, text in (("gate", "A"), ("rerun", "B")):
+        dest = tmp_path / "benchmarks" / "nvidia-h100" / f"gate-abc1234-{job}"
+        assert (dest / "gate-check" / "summary.json").read_text() == text
+        assert (dest / "gate_check.log").read_text() == f"log {text}"
+        assert (dest / "aa_vs_committed_c07e865.json").read_text() == f"aa {text}"
+        assert not (dest / "model.pt").exists()

@@ -93,3 +93,34 @@ def test_campaign_checks_its_needs_and_runs_jobs_in_a_snapshot(tmp_path):
     assert (root / ".persist/tree/.persist/r/a/seen.txt").read_text() == "first"
     with tarfile.open(tmp_path / "out" / "campaign.tar.gz") as tar:
         assert ".persist/r/a/seen.txt" in tar.getnames()
+
+
+def test_bad_inbox_files_are_rejected_and_the_queue_goes_on(tmp_path):
+    """A malformed inbox file killed the daemon (jobs left 'running' for ever); an inbox file with a
+    name twice, or a name already queued, corrupted the status and lost a log. Both are rejected
+    now, named on the queue's log, and every queued job still ends."""
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("long | 1 | sleep 3\nnext | 1 | echo next\n")
+    env = dict(os.environ, GPU_QUEUE_GPUS="1")
+    run = dict(cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    inbox = tmp_path / ".persist/queue/inbox"
+    inbox.mkdir(parents=True)
+    (inbox / "a-typo.jobs").write_text("no separators here\n")
+    (inbox / "b-dup.jobs").write_text("x | 1 | echo one\nx | 1 | echo two\n")
+    (inbox / "c-clash.jobs").write_text("long | 1 | echo again\n")
+    (inbox / "d-good.jobs").write_text("late | 1 | echo late\n")
+    assert subprocess.run([sys.executable, str(SCRIPT), "start", str(jobs)], **run).returncode == 0
+    assert subprocess.run([sys.executable, str(SCRIPT), "wait", "40"], **run).returncode == 0
+    status = {j["name"]: j for j in json.loads((tmp_path / ".persist/queue/status.json").read_text())}
+    assert {n: j.get("rc") for n, j in status.items()} == {"long": 0, "next": 0, "late": 0}
+    log = (tmp_path / ".persist/queue/queue.log").read_text()
+    assert "rejected" in log and "a-typo.jobs" in log and "repeated: ['x']" in log and "already queued: ['long']" in log
+
+
+def test_a_job_file_with_a_name_twice_fails_before_anything_starts(tmp_path):
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("a | 1 | echo a\na | 1 | echo b\n")
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "start", str(jobs)], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode != 0 and "job names must be unique" in proc.stderr

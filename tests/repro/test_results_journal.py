@@ -144,3 +144,19 @@ def test_a_finished_run_leaves_no_journal(tmp_path: Path, stub_run) -> None:
     stub_run(lambda ctx: _rows(ctx.results, 2))
     assert _cli(tmp_path) == 0
     assert sorted(p.name for p in (tmp_path / "cpu").iterdir()) == ["table2.csv"]
+
+
+def test_merged_rows_go_to_their_device_folder_not_the_parts_folder(tmp_path: Path, capsys) -> None:
+    """A journal copied to ~/Downloads merged into results/Downloads/ (the folder was taken from the
+    part's parent folder, not from the rows)."""
+    rs = ResultSet("table2", "Table 2", "smoke", torch.device("cpu"))
+    path = rs.start_journal(tmp_path / "run")
+    _rows(rs, 2)
+    moved = tmp_path / "Downloads" / path.name
+    moved.parent.mkdir()
+    moved.write_bytes(path.read_bytes())
+    merge = _merge_module()
+    out = merge.merge("table2", [moved], tmp_path / "results", partial=True)
+    assert out == tmp_path / "results" / "cpu" / "table2.csv" and len(read_results(out)) == 2
+    assert "its rows were measured on 'cpu'" in capsys.readouterr().out
+    assert not (tmp_path / "results" / "Downloads").exists()
