@@ -194,6 +194,11 @@ def _print_compare(mod, df) -> None:
         print(f"\n-- paper vs ours: {mod.TITLE} (device={device}, profile={profile})")
         for st in frame_staleness(mod.NAME, df):
             print(f"   {st.sentence()}")
+        scale = getattr(mod, "SCALE", None)
+        if scale:  # reduced-scale training and evaluation: the scale stands beside the numbers
+            note = mod.P.scale_note(df) if hasattr(mod, "P") else ""
+            text = scale if isinstance(scale, str) else "; ".join(f"{k}: {v}" for k, v in scale.items())
+            print(f"   reduced scale{' (' + note + ')' if note else ''}: {text}")
         if profile != "full" or device == "cpu":
             print(f"   {profile} profile on {device}: tiny shapes, not a performance claim")
         print(table.to_string(**fmt) if not table.empty else "   (no comparable rows)")

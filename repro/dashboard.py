@@ -45,7 +45,7 @@ th.desc:after{content:" \\25BC"}td.num{text-align:right;font-variant-numeric:tab
 .scroll{max-height:480px;overflow:auto;border:1px solid #ddd;margin-bottom:1.5em}
 .wide{overflow-x:auto}.scroll table{margin:0}
 .badge{display:inline-block;padding:1px 6px;border-radius:3px;font-size:12px}
-.reproduced{background:#c8f0c8}.exceeds{background:#c8e0f8}.fallsshort{background:#fbd0c0}.notcomparable{background:#fbe7a8}.noGPUrun{background:#eee}.notyet{background:#eee}.cross-referenced{background:#dde8f0}.nothingtoreproduce{background:#f6f6f6}.caveat{font-size:11px;color:#555;max-width:28em}
+.reproduced{background:#c8f0c8}.exceeds{background:#c8e0f8}.fallsshort{background:#fbd0c0}.notcomparable{background:#fbe7a8}.noGPUrun{background:#eee}.notyet{background:#eee}.cross-referenced{background:#dde8f0}.nothingtoreproduce{background:#f6f6f6}.stale{background:#e0d0f0}.caveat{font-size:11px;color:#555;max-width:28em}
 .smoke{background:#fbe7a8;padding:.5em;border-left:4px solid #d9a400}
 section.run{border-top:2px solid #888;margin-top:2em}img{max-width:100%;border:1px solid #ddd}
 figure{overflow-x:auto;margin:1em 0}figure img{max-width:none}
@@ -181,10 +181,15 @@ def _status(df: pd.DataFrame | None, mod=None, note: str = "") -> tuple[str, str
     if gpu.empty:
         return "no GPU run", "only smoke/CPU rows: not a performance claim"
     if mod is not None and hasattr(mod, "verdict"):
+        run = _preferred_run(df)
         try:
-            v = mod.verdict(_preferred_run(df))
+            v = mod.verdict(run)
         except Exception as e:  # noqa: BLE001 (a broken verdict must not break the site)
             return "not comparable", f"verdict failed: {type(e).__name__}"
+        name = getattr(mod, "NAME", None)
+        stale = [st for st in frame_staleness(name, run) if st.stale] if name else []
+        if stale:  # results older than the code behind them: the verdict is not counted as standing
+            return "stale", f"{stale[0].sentence()}; its verdict would read {v.status!r}: {v.caveat}"
         return v.status, v.caveat
     return "not comparable", "the suite gives no verdict"
 
@@ -437,7 +442,10 @@ def build_site(
         elif has:
             run = _preferred_run(df)
             if hasattr(mods[name], "summary"):
-                summary = mods[name].summary(run)
+                try:
+                    summary = mods[name].summary(run)
+                except Exception as e:  # noqa: BLE001 (one suite's broken summary must not break the site)
+                    summary = f"summary failed: {type(e).__name__}"
             else:
                 summary = _ratio_summary(_safe_compare(mods[name], run))
         else:
@@ -475,7 +483,9 @@ def build_site(
         "matches the paper's stated value within the tolerance given in the caveat; <em>exceeds</em> / "
         "<em>falls short</em>: outside it, above or below; <em>not comparable</em>: the numbers measure "
         "different things (the caveat says why: GPU, baseline, scale); <em>no GPU run</em>: a suite exists "
-        "but only smoke/CPU rows are stored; <em>cross-referenced</em>: claims made in the text, each "
+        "but only smoke/CPU rows are stored; <em>stale</em>: the code behind the results changed since they "
+        "were measured and no review says why they stand (the caveat gives the verdict they would have: "
+        "re-run the suite); <em>cross-referenced</em>: claims made in the text, each "
         "followed to the artifact, setting or test that checks it; <em>not yet</em>: no suite; <em>nothing to "
         "reproduce</em>: a diagram. How each is measured: docs/methods.md in the repository. "
         'Kernel bandwidth vs roofline: <a href="kernels.html">kernels</a>.</p>'

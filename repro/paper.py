@@ -120,7 +120,12 @@ CLAIM_COLUMNS: tuple[str, ...] = (
     "threshold",
     "why_threshold",
 )
-RELATIONS = {">": float.__gt__, "<": float.__lt__, "==": float.__eq__}
+RELATIONS = {
+    ">": float.__gt__,
+    "<": float.__lt__,
+    "==": float.__eq__,
+    "|x-1|<=": lambda x, t: abs(x - 1.0) <= t,  # a ratio within t of 1 either way ("no effect")
+}
 
 
 def load_claims(paper: str, artifact: str) -> pd.DataFrame:

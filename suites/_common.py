@@ -69,6 +69,26 @@ def ratio_verdict(ours: float, paper: float, tol: float, caveat: str) -> Verdict
     return Verdict(status, f"{said}; {caveat}" if caveat else said)
 
 
+def baseline_bound_verdict(ours: float, paper: float, tol: float, caveat: str, baseline: str) -> Verdict:
+    """:func:`ratio_verdict`, except that a ratio more than twice the paper's is "not comparable": a gap
+    that size measures how much weaker our baseline is than the paper's (``baseline`` says how fast
+    ours runs), not the method, so "exceeds" would over-claim."""
+    v = ratio_verdict(ours, paper, tol, caveat)
+    if v.status == "exceeds" and ours > 2 * paper:
+        return Verdict(
+            "not comparable",
+            f"ours {ours:.3g}x vs paper {paper:.3g}x, more than twice the paper's ratio: it measures our baseline "
+            f"({baseline}) more than the method; {caveat}",
+        )
+    return v
+
+
+def gpu_of(df: pd.DataFrame) -> str:
+    """The GPU the rows ran on (their ``gpu_name``), for caveats that name it."""
+    names = sorted({str(g) for g in df.get("gpu_name", pd.Series(dtype=str)).dropna() if str(g)})
+    return "/".join(names) or "this GPU"
+
+
 def worst(verdicts: list[Verdict]) -> str:
     """The status that decides for several comparisons: falls short, then not comparable, then
     exceeds, then reproduced (an artifact is reproduced only where every part is)."""

@@ -445,7 +445,9 @@ def scaling_text(df: pd.DataFrame) -> str:
 def summary(df: pd.DataFrame) -> str:
     """One line: our mean end-to-end speedups (refresh every step) vs the paper's."""
     t = compare(df)
-    avg = t[(t["pattern"] == "average (ours)") & (t["every"] == 1)] if len(t) else t
+    if t.empty or not {"pattern", "every"} <= set(t.columns):  # no FAST rows yet (a partial merge)
+        return "see page"
+    avg = t[(t["pattern"] == "average (ours)") & (t["every"] == 1)]
     if avg.empty:
         return "see page"
     r = avg.iloc[-1]
@@ -558,8 +560,8 @@ def verdict(df: pd.DataFrame) -> Verdict:
     from suites._common import ratio_verdict, worst
 
     t = compare(df)
-    if t.empty:
-        return Verdict("not comparable", "no end-to-end rows")
+    if t.empty or not {"pattern", "every"} <= set(t.columns):
+        return Verdict("not comparable", "no end-to-end rows with FAST and its baselines")
     avg = t[(t["pattern"] == "average (ours)") & (t["every"] == t["every"].min())]
     geo = t[(t["pattern"] == "geometric mean (ours)") & (t["every"] == t["every"].min())].set_index("model")
     setups = _setup(df)

@@ -113,5 +113,6 @@ def verdict(df: pd.DataFrame) -> Verdict:
     return Verdict(
         status,
         f"gap fst - dense {ours:+.3f} vs paper {paper:+.3f} (tolerance {GAP_TOL}), {spread}; "
-        f"absolute losses not comparable ({P.scale_note(df)} vs OpenWebText)",
+        f"absolute losses not comparable ({P.scale_note(df)} vs OpenWebText); judged on the 124M row's loss "
+        "column only (its GLUE columns: hu_table5_glue; the 350M-1.5B rows are not run)",
     )

@@ -30,6 +30,10 @@ PROFILES = P.PROFILES
 DATA = P.DATA
 SCALE = P.SCALE
 MVUE_COST_TOL = 0.05  # nats: "insignificant" MVUE cost, at most this much loss
+NOISE_NATS = 0.04
+"""Run-to-run noise of one final validation loss at our scale: table5's two seeds of fst differ by
+0.040 nats (GPT-2 124M, 9.8M tokens); these rows have one seed each, so an effect smaller than this
+has no sign we can claim."""
 # Each technique's effect: (row without it, row with it), as the paper's rows pair up.
 EFFECTS = {"decay": ("none", "decay"), "mvue": ("decay", "decay+mvue"), "dense_ft": ("decay", "decay+ft")}
 
@@ -89,12 +93,19 @@ def verdict(df: pd.DataFrame) -> Verdict:
     e = effects(compare(df)).set_index("technique")["ours_delta"]
     if e.isna().any():
         return Verdict("not comparable", "ablation runs missing")
-    held = {"decay lowers loss": e["decay"] < 0, "dense FT lowers loss": e["dense_ft"] < 0,
-            f"MVUE costs < {MVUE_COST_TOL}": e["mvue"] < MVUE_COST_TOL}  # fmt: skip
-    bad = [k for k, ok in held.items() if not ok]
-    status = "falls short" if bad else "reproduced"
-    return Verdict(
-        status,
-        f"{len(held) - len(bad)} of {len(held)} effects agree in sign/size{'; not: ' + ', '.join(bad) if bad else ''}; "
-        f"absolute losses not comparable (BERT-base vs {P.scale_note(df)})",
-    )
+    signs = {"decay lowers loss": e["decay"], "dense FT lowers loss": e["dense_ft"]}  # claimed < 0
+    against = [k for k, v in signs.items() if v > NOISE_NATS]
+    noise = [f"{k} ({v:+.3f})" for k, v in signs.items() if abs(v) <= NOISE_NATS]
+    if e["mvue"] >= MVUE_COST_TOL:
+        against.append(f"MVUE costs < {MVUE_COST_TOL} ({e['mvue']:+.3f})")
+    scale = f"absolute losses not comparable (BERT-base vs {P.scale_note(df)}); loss column only (GLUE: hu_table7_glue)"
+    if against:
+        return Verdict("falls short", f"contradicted: {', '.join(against)}; {scale}")
+    if noise:  # one seed each: a sign inside the run-to-run noise is no evidence either way
+        return Verdict(
+            "not comparable",
+            f"within the {NOISE_NATS}-nat run-to-run noise (one seed each): {', '.join(noise)}; "
+            f"MVUE costs {e['mvue']:+.3f} < {MVUE_COST_TOL}; {scale}",
+        )
+    held = f"decay and dense FT lower the loss by more than the noise, MVUE costs < {MVUE_COST_TOL}"
+    return Verdict("reproduced", f"{held}; {scale}")
