@@ -86,6 +86,8 @@ rule corpus:
 
 
 rule dashboard:
+    input:
+        dashboard_inputs,
     output:
         "site/index.html",
     log:

@@ -376,7 +376,10 @@ def _check_out(out: Path) -> None:
 def _clear_out(out: Path) -> None:
     """Empty ``out`` (checked by ``_check_out``) or create it, and mark it as ours."""
     _check_out(out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # README.md/site, /proc/x: one line, not a traceback
+        raise InputError(f"cannot make the site folder {out}: {exc.strerror or exc}") from None
     for child in out.iterdir():
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child)

@@ -88,6 +88,14 @@ def _imports(path: Path, root: Path) -> set[Path]:
     return found
 
 
+DATA_FILES = {
+    "repro/eval/harness.py": ("repro/eval/tasks/*",),
+    "repro/eval/evalsets.py": ("repro/eval/smoke_sets/*",),
+}
+"""Tracked non-Python files a module reads to produce numbers (task configs, the smoke evaluation
+sets): a suite that imports the module depends on them too (an edited task yaml re-runs it)."""
+
+
 @lru_cache(maxsize=32)
 def suite_sources(suite: str, root: Path = REPO) -> tuple[str, ...]:
     """Repository-relative paths of every source file behind ``suite``'s numbers, sorted."""
@@ -104,4 +112,7 @@ def suite_sources(suite: str, root: Path = REPO) -> tuple[str, ...]:
         if p.name != "__init__.py":  # a package's __init__ re-exports every module: not followed
             todo.extend(_imports(p, root) - seen)
     rel = {p.relative_to(root).as_posix() for p in seen}
+    for module, patterns in DATA_FILES.items():
+        if module in rel:
+            rel |= {f.relative_to(root).as_posix() for pat in patterns for f in root.glob(pat) if f.is_file()}
     return tuple(sorted(rel - PRESENTATION))

@@ -26,9 +26,16 @@ def git(*args: str) -> str:
         return ""
 
 
+OUTPUTS = ("results", "figures", "logs", "site")
+"""Folders the suites and the workflow write: their changes do not make the code dirty."""
+
+
 @lru_cache(maxsize=1)
 def git_commit() -> str:
-    """Commit hash, suffixed ``-dirty`` when tracked files differ from it; ``unknown`` outside git.
+    """Commit hash, suffixed ``-dirty`` when tracked files other than outputs differ from it;
+    ``unknown`` outside git. Outputs (``results/``, ``figures/``, ``logs/``, ``site/``) do not count:
+    a workflow's first suite writes them before the next starts, and Snakemake's ``tee`` empties a
+    tracked log before the process starts, so every GPU run read ``-dirty`` from a clean checkout.
 
     ``REPRO_GIT_COMMIT`` overrides it for copies of the tree without ``.git`` (a remote GPU box).
     """
@@ -37,7 +44,7 @@ def git_commit() -> str:
     sha = git("rev-parse", "HEAD")
     if not sha:
         return "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no")
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", *(f":(exclude){d}" for d in OUTPUTS))
     return sha + ("-dirty" if dirty else "")
 
 

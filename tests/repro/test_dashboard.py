@@ -319,3 +319,10 @@ def test_the_overview_marks_stale_verdicts_and_does_not_count_them(tmp_path: Pat
     row = re.search(r"<tr><td>hu2024</td><td>table2</td>.*?</tr>", index).group(0)
     assert ">stale<" in row and "STALE: results from abc1234def" in row and "its verdict would read" in row
     assert re.search(r"<strong>0 of \d+ artifacts with numbers reproduced</strong>", index)
+
+
+def test_a_site_folder_that_cannot_be_made_is_one_line(tmp_path: Path, capsys) -> None:
+    (tmp_path / "file").write_text("x")
+    assert cli_main(["dashboard", "--out", str(tmp_path / "file" / "site")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot make the site folder" in err

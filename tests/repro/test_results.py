@@ -268,3 +268,31 @@ def test_concurrent_writers_lose_no_rows(tmp_path):
         assert len(part) == 150 and set(part["value"]) == {float(n - 1)}, prof
     assert not list((tmp_path / "cpu").glob(".*.tmp")), "temporary file left behind"
     assert sorted(f.name for f in (tmp_path / "cpu").iterdir()) == ["race.csv"], "lock file left behind"
+
+
+def test_written_outputs_do_not_make_the_commit_dirty(tmp_path, monkeypatch):
+    """Under Snakemake every GPU run recorded <sha>-dirty from a clean checkout: `tee` empties a
+    tracked log, and the first suite's results and figures change tracked files before the next."""
+    import subprocess
+
+    import repro.provenance as prov
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    for rel in ("code.py", "results/gpu/t.csv", "figures/gpu/t.svg", "logs/gpu/full/t.log"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("v1\n")
+    git("add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x")
+    monkeypatch.setattr(prov, "REPO", tmp_path)
+    monkeypatch.delenv("REPRO_GIT_COMMIT", raising=False)
+    for rel in ("results/gpu/t.csv", "figures/gpu/t.svg", "logs/gpu/full/t.log"):
+        (tmp_path / rel).write_text("")
+    prov.git_commit.cache_clear()
+    assert not prov.git_commit().endswith("-dirty")
+    (tmp_path / "code.py").write_text("v2\n")
+    prov.git_commit.cache_clear()
+    assert prov.git_commit().endswith("-dirty")
+    prov.git_commit.cache_clear()

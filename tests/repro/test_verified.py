@@ -76,6 +76,10 @@ def test_suite_sources_follow_imports_but_not_package_reexports():
     assert "suites/__init__.py" not in suite_sources("table2")  # the registry: a new suite re-runs no other
     with pytest.raises(ValueError, match="no suite module"):
         suite_sources("nope")
+    # the task configs and smoke sets the evaluation reads are inputs too (an edited yaml re-ran nothing)
+    evals = set(suite_sources("fast_table1"))
+    assert "repro/eval/tasks/piqa_offline.yaml" in evals and "repro/eval/smoke_sets/glue_sst2.jsonl" in evals
+    assert not any(f.startswith("repro/eval/") for f in suite_sources("table3"))
 
 
 def test_recording_code_does_not_make_results_stale():

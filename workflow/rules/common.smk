@@ -27,9 +27,12 @@ if PROFILE not in ("smoke", "full", "paper"):
 PYTHON = shlex.quote(config.get("python") or sys.executable)
 # Processes (one GPU each) for the suites that run under torchrun (``DISTRIBUTED = True`` in the
 # suite module, e.g. fast_figure3_e2e): snakemake --config world=4. The other suites run one process.
-WORLD = int(config.get("world", 1))
+try:
+    WORLD = int(config.get("world", 1))
+except (TypeError, ValueError):
+    WORLD = 0
 if WORLD < 1:
-    raise ValueError(f"config world must be an integer >= 1, got {WORLD}")
+    raise ValueError(f"config world must be an integer >= 1, got {config.get('world')!r}")
 STAMPS = Path(".snakemake-runs") / SLUG / PROFILE
 LOGS = Path("logs") / SLUG / PROFILE
 
@@ -70,3 +73,12 @@ def suite_launcher(wildcards):
     if world == 1:
         return PYTHON
     return f"{PYTHON} -m torch.distributed.run --standalone --nproc-per-node {world}"
+
+
+def dashboard_inputs(wildcards):
+    """What the site is built from: every results file and figure, the reviews, the paper data and
+    the site's code (with no inputs the rule never rebuilt after its first run)."""
+    files = [*Path("results").glob("*/*.csv"), *Path("figures").glob("*/*.*"), *Path("repro/paper_data").glob("*.csv")]
+    files += [Path("results/reviews.csv"), Path("repro/dashboard.py"), Path("repro/dashboard_claims.py")]
+    files += [Path("repro/staleness.py")]
+    return sorted(str(f) for f in files if f.is_file())
