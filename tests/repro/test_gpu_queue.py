@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_queue.py"
 
 
@@ -53,13 +55,20 @@ def test_a_job_needing_more_gpus_than_the_machine_is_skipped_not_waited_for(tmp_
     assert not (tmp_path / ".persist/queue/logs/w4.log").exists()
 
 
-def test_bad_job_line_fails_before_anything_starts(tmp_path):
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("a | two | echo a\n", "expected 'name | gpus | command'"),
+        ("a | 1 | echo a\na | 1 | echo b\n", "must be unique"),
+    ],
+)
+def test_a_bad_job_file_fails_before_anything_starts(tmp_path, text, why):
     jobs = tmp_path / "jobs.txt"
-    jobs.write_text("a | two | echo a\n")
+    jobs.write_text(text)
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "start", str(jobs)], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
-    assert proc.returncode != 0 and "expected 'name | gpus | command'" in proc.stderr
+    assert proc.returncode != 0 and why in proc.stderr
 
 
 def test_campaign_checks_its_needs_and_runs_jobs_in_a_snapshot(tmp_path):
@@ -116,11 +125,3 @@ def test_bad_inbox_files_are_rejected_and_the_queue_goes_on(tmp_path):
     log = (tmp_path / ".persist/queue/queue.log").read_text()
     assert "rejected" in log and "a-typo.jobs" in log and "repeated: ['x']" in log and "already queued: ['long']" in log
 
-
-def test_a_job_file_with_a_name_twice_fails_before_anything_starts(tmp_path):
-    jobs = tmp_path / "jobs.txt"
-    jobs.write_text("a | 1 | echo a\na | 1 | echo b\n")
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "start", str(jobs)], cwd=tmp_path, capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode != 0 and "job names must be unique" in proc.stderr
