@@ -124,4 +124,3 @@ def test_bad_inbox_files_are_rejected_and_the_queue_goes_on(tmp_path):
     assert {n: j.get("rc") for n, j in status.items()} == {"long": 0, "next": 0, "late": 0}
     log = (tmp_path / ".persist/queue/queue.log").read_text()
     assert "rejected" in log and "a-typo.jobs" in log and "repeated: ['x']" in log and "already queued: ['long']" in log
-
