@@ -107,6 +107,7 @@ class ResultSet:
         self.device = device
         self.prov = provenance(device, command)
         self.rows: list[dict] = []
+        self._keys: set[tuple[str, ...]] = set()
         self.journal: Path | None = None
 
     def add(
@@ -127,6 +128,10 @@ class ResultSet:
                 f"refusing to record a non-numeric or non-finite (NaN, inf) value {value!r} "
                 f"for {method}/{shape}/{metric}"
             )
+        key = (method, variant, shape, dtype, metric)
+        if key in self._keys:  # readers take one row a key: a second would hide one of the two values
+            raise ValueError(f"{self.suite}: a row for {'/'.join(key)} is already recorded in this run")
+        self._keys.add(key)
         self.rows.append(
             {
                 "suite": self.suite,

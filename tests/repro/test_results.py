@@ -296,3 +296,14 @@ def test_written_outputs_do_not_make_the_commit_dirty(tmp_path, monkeypatch):
     prov.git_commit.cache_clear()
     assert prov.git_commit().endswith("-dirty")
     prov.git_commit.cache_clear()
+
+
+def test_a_run_records_one_row_a_key():
+    """Readers take one row per (method, variant, shape, dtype, metric): a second row of a key in one
+    run hid one of the two values (last wins) without a word."""
+    rs = ResultSet("t", "t", "smoke", torch.device("cpu"))
+    rs.add("m", "4x4", "fp16", "time", 1.0, "ms", verified=True)
+    rs.add("m", "4x4", "fp16", "time", 1.0, "ms", verified=True, variant="v2")  # another variant: its own key
+    with pytest.raises(ValueError, match="already recorded in this run"):
+        rs.add("m", "4x4", "fp16", "time", 2.0, "ms", verified=True)
+    assert len(rs.rows) == 2
