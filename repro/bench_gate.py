@@ -96,7 +96,7 @@ def medians(run: dict) -> dict[str, float]:
 
 def timers(run: dict) -> dict[str, str]:
     """fullname -> how the benchmark was timed (``extra_info.timer``; "" where not said)."""
-    return {b["fullname"]: str((b.get("extra_info") or {}).get("timer", "")) for b in run["benchmarks"]}
+    return {str(b.get("fullname", "")): str((b.get("extra_info") or {}).get("timer", "")) for b in run["benchmarks"]}
 
 
 def _uncaptured(timer: str) -> bool:
@@ -120,18 +120,19 @@ def _commit(run: dict) -> str:
     return str((run.get("commit_info") or {}).get("id") or "?")
 
 
-def _timers(run: dict) -> set[str]:
-    return {str((b.get("extra_info") or {}).get("timer", "")).split("/")[0] for b in run["benchmarks"]}
-
-
 def check_device_time(run: dict) -> None:
     """Refuse runs whose stats are not device time (saved before the DeviceClock, or on a CPU)."""
-    bad = _timers(run) - {"device-clock"}
+    bad = {t.split("/")[0] for t in timers(run).values()} - {"device-clock"}
     if bad:
         raise GateError(
             f"{run.get('_source', 'run')}: stats not timed by repro.timing.DeviceClock (timer {sorted(bad)}): "
             "the gate compares device time only; re-run `python -m repro bench save` on the GPU"
         )
+
+
+def _finite_at_least(v: object, lo: float) -> bool:
+    """A real number (bools refused), finite and >= ``lo``: a gate parameter or a stored threshold."""
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= lo
 
 
 def _valid_ms(v: float) -> bool:
@@ -141,9 +142,9 @@ def _valid_ms(v: float) -> bool:
 
 def make_baseline(runs: list[dict], mult: float = MULT, floor: float = FLOOR, require_device_time: bool = True) -> dict:
     """The gate's baseline from ``runs`` (k >= 2, one GPU): per benchmark baseline, noise, threshold."""
-    for what, v, lo in (("mult", mult, 0.0), ("floor", floor, 0.0)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < lo:
-            raise GateError(f"{what} must be a finite number >= {lo:g}, got {v!r}")
+    for what, v in (("mult", mult), ("floor", floor)):
+        if not _finite_at_least(v, 0.0):
+            raise GateError(f"{what} must be a finite number >= 0, got {v!r}")
     if mult == 0:
         raise GateError("mult must be > 0: thresholds scale the run-to-run spread")
     if len(runs) < 2:
@@ -154,11 +155,14 @@ def make_baseline(runs: list[dict], mult: float = MULT, floor: float = FLOOR, re
     if require_device_time:
         for r in runs:
             check_device_time(r)
-    ids = [(_commit(r), str(r.get("datetime", "")), json.dumps(medians(r), sort_keys=True)) for r in runs]
+    per_run = [medians(r) for r in runs]
+    ids = [
+        (_commit(r), str(r.get("datetime", "")), json.dumps(m, sort_keys=True))
+        for r, m in zip(runs, per_run, strict=True)
+    ]
     dups = sorted({r.get("_source", "?") for r, i in zip(runs, ids, strict=True) if ids.count(i) > 1})
     if dups:  # a copy counted twice shrinks the spread and inflates k
         raise GateError(f"the same run given more than once (same commit, time and medians): {dups}")
-    per_run = [medians(r) for r in runs]
     per_timer = [timers(r) for r in runs]
     names = sorted(set().union(*per_run))
     benches: dict[str, dict] = {}
@@ -329,7 +333,7 @@ def compare(gate: dict, run: dict, require_device_time: bool = True, allow_missi
             rep.invalid.append(name)
             continue
         th = b.get("threshold")
-        if isinstance(th, bool) or not isinstance(th, (int, float)) or not math.isfinite(th) or th < 0:
+        if not _finite_at_least(th, 0.0):
             rep.invalid.append(name)  # a NaN threshold passed everything; a negative one failed on noise
             continue
         was = b.get("timer")  # baselines saved before timers were recorded: not checked

@@ -346,6 +346,7 @@ def cmd_data_hf(args: argparse.Namespace) -> int:
 
 def cmd_data_info(args: argparse.Namespace) -> int:
     from repro.data import TokenFile, read_manifest
+    from repro.data.tokens import corpus_dir
 
     m = read_manifest(args.path)
     tok = m["tokenizer"]
@@ -353,10 +354,8 @@ def cmd_data_info(args: argparse.Namespace) -> int:
     for s in m["sources"]:
         what = f"{s.get('registry', '')} {s.get('package', s.get('dataset', ''))} {s.get('version', '')}".strip()
         print(f"  source {s['name']}: {what}; licence: {s.get('licence', '?')}")
-    folder = Path(args.path)
-    folder = folder.parent if folder.suffix == ".bin" or folder.name == "manifest.json" else folder
     for split, info in m["splits"].items():  # every split, whichever file the path named
-        tf = TokenFile(folder, split, verify=args.verify)  # size (and with --verify, sha256) checked
+        tf = TokenFile(corpus_dir(args.path), split, verify=args.verify)  # size (and with --verify, sha256) checked
         print(
             f"  {split:5s}: {len(tf):>12,} tokens  {info['documents']:>8,} documents  "
             f"{info['characters']:>14,} characters  sha256 {info['sha256'][:16]}{'  verified' if args.verify else ''}"

@@ -39,7 +39,7 @@ from repro.paper import load_paper
 from repro.plots import new_figure, save
 from repro.suite import RunContext
 from suites import _kernel_breakdown as kernel_breakdown_rows
-from suites._common import Verdict, precision_caveat, ratio_verdict, worst
+from suites._common import Verdict, gpu_of, precision_caveat, ratio_verdict, worst
 from suites._training_bench import (
     BEST_DENSE,
     CEILING,
@@ -510,7 +510,7 @@ def verdict(df: pd.DataFrame) -> Verdict:
     blocks = fst[fst["kind"] == "block"]["speedup"]
     blk = ratio_verdict(float(blocks.median()), 1.2, 0.05, "")
     reach = int((blocks >= 1.2 * 0.95).sum())
-    gpu = df["gpu_name"].iloc[0] if "gpu_name" in df and len(df) else "this GPU"
+    gpu = gpu_of(df)
     why = (
         f"FFN max {ffn.caveat.split(';')[0]}; block median {blk.caveat.split(';')[0]} ({reach} of {len(blocks)} "
         f"block shapes within 5% of 1.2x or above, max {blocks.max():.3g}x); {gpu} vs RTX 3090, {precision_caveat(df)}"

@@ -180,12 +180,16 @@ def write_corpus(
     return manifest
 
 
+def corpus_dir(path: Path | str) -> Path:
+    """The corpus folder of ``path``: the folder itself, its ``manifest.json`` or a split's ``.bin``."""
+    p = Path(path)
+    return p.parent if p.suffix == ".bin" or p.name == "manifest.json" else p
+
+
 def read_manifest(path: Path | str) -> dict[str, Any]:
     """The manifest of a token directory (or of the directory of a ``.bin`` file); DataError if it is
     missing or unreadable."""
-    folder = Path(path)
-    if folder.suffix == ".bin" or folder.name == "manifest.json":
-        folder = folder.parent
+    folder = corpus_dir(path)
     mpath = folder / "manifest.json"
     if not mpath.exists():
         raise DataError(f"no token corpus at {folder} (manifest.json is missing); build it with: {DEFAULT_REBUILD}")

@@ -181,8 +181,7 @@ def ensure_run(
         _check_finished_data(summary, cfg, run_dir)
         return "finished"
     dev = torch.device(device) if device is not None else None
-    for split in ("train", "val"):  # a missing corpus fails before the run directory is made
-        TokenFile(resolve_data(cfg.data), split)
+    corpus_identity(cfg)  # a missing corpus fails before the run directory is made
     if _main_process():
         run_dir.mkdir(parents=True, exist_ok=True)
         if not cfg_path.exists():
