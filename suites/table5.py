@@ -3,7 +3,8 @@
 
 The paper: 2.907 (dense) vs 2.952 (ours) on OpenWebText with nanoGPT. Ours: the offline corpus at
 reduced scale (see ``suites/_pretrain.py``): absolute losses are not comparable (other data, far
-fewer tokens); the gap fst - dense is what is compared, within 0.05 nats of the paper's 0.045. The
+fewer tokens); the gap fst - dense is what is compared, within 0.025 nats of the paper's 0.045 (about half of it, so
+that a zero gap, "sparse costs nothing", does not pass as a reproduction of a 0.045-nat cost). The
 GLUE columns of Table 5 come from the downstream-accuracy suites.
 """
 
@@ -28,7 +29,9 @@ CHECKS = P.CHECKS
 PROFILES = P.PROFILES
 DATA = P.DATA
 SCALE = P.SCALE
-GAP_TOL = 0.05  # nats: how far our fst - dense gap may sit from the paper's and still count
+# nats: how far our fst - dense gap may sit from the paper's and still count. Below the paper's gap
+# (0.045), so a zero gap or a negative one does not read as "reproduced" (0.05 let both pass).
+GAP_TOL = 0.025
 
 
 def run(ctx: RunContext) -> None:

@@ -248,3 +248,27 @@ def test_no_effect_claims_are_two_sided():
     assert claim_holds(c["relation"], 1.01, c["threshold"]) is True
     assert claim_holds(c["relation"], 3.0, c["threshold"]) is False
     assert claim_holds(c["relation"], 0.85, c["threshold"]) is False
+
+
+def test_table5_zero_gap_does_not_reproduce_the_papers_cost():
+    """GAP_TOL was 0.05 nats, more than the paper's 0.045 gap: a run where fst cost nothing passed."""
+    import suites.table5 as t5
+
+    def frame(dense: float, fst: float) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "metric": "val_loss",
+                "method": ["dense", "dense", "fst", "fst"],
+                "value": [dense, dense, fst, fst],
+                "dtype": "bf16",
+                "device": "nvidia-h100",
+                "profile": "full",
+                "shape": "gpt2-124m/9800000tok",
+            }
+        )
+
+    paper_gap = t5._paper()["ours"] - t5._paper()["dense"]
+    assert t5.GAP_TOL < paper_gap
+    assert t5.verdict(frame(5.2, 5.2)).status == "exceeds"  # no cost at all: better than the paper
+    assert t5.verdict(frame(5.2, 5.2 + paper_gap)).status == "reproduced"
+    assert t5.verdict(frame(5.2, 5.2 + 3 * paper_gap)).status == "falls short"
