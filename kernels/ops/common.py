@@ -157,6 +157,20 @@ def cast_out(v, out_ptr):
     return v.to(ty)
 
 
+# Read when this module is imported, as Triton reads it: a jit function sees it as a constant.
+INTERPRETED: tl.constexpr = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+
+
+@triton.jit
+def store_cast(v, out_ptr):
+    """fp32 -> the output pointer's dtype as the GPU casts it (round to nearest even), on the GPU
+    and under the interpreter alike. Unlike :func:`cast_out` the GPU's code is the plain cast: the
+    hand rounding is compiled only where the interpreter would otherwise truncate bf16."""
+    if INTERPRETED:
+        v = cast_out(v, out_ptr)
+    return v.to(out_ptr.dtype.element_ty)
+
+
 # --- Launch ---
 # A Triton launch repeated with the very same arguments, at a fraction of the host cost.
 #

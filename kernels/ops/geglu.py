@@ -31,7 +31,16 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from kernels.ops.common import as_layout, cdiv, check_divisible, check_tensor, empty_in_layout, is_col_major, use_triton
+from kernels.ops.common import (
+    as_layout,
+    cdiv,
+    check_divisible,
+    check_tensor,
+    empty_in_layout,
+    is_col_major,
+    store_cast,
+    use_triton,
+)
 
 __all__ = [
     "geglu",
@@ -146,7 +155,7 @@ def _fwd_flat_kernel(z_ptr, out_ptr, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
     g = tl.load(z_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(z_ptr + n + offs, mask=mask, other=0.0).to(tl.float32)
     y = _act(g, ACT) * u
-    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + offs, store_cast(y, out_ptr), mask=mask)
 
 
 @triton.jit
@@ -158,8 +167,8 @@ def _bwd_flat_kernel(z_ptr, dout_ptr, dz_ptr, n, ACT: tl.constexpr, BLOCK: tl.co
     u = tl.load(z_ptr + n + offs, mask=mask, other=0.0).to(tl.float32)
     d = tl.load(dout_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     a, da = act_and_grad(g, ACT)
-    tl.store(dz_ptr + offs, (d * u * da).to(dz_ptr.dtype.element_ty), mask=mask)
-    tl.store(dz_ptr + n + offs, (d * a).to(dz_ptr.dtype.element_ty), mask=mask)
+    tl.store(dz_ptr + offs, store_cast(d * u * da, dz_ptr), mask=mask)
+    tl.store(dz_ptr + n + offs, store_cast(d * a, dz_ptr), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -187,7 +196,7 @@ def _fwd_rows_kernel(
     u = tl.load(zp + R, mask=mask, other=0.0).to(tl.float32)
     y = _act(g, ACT) * u
     op = out_ptr + rows[:, None] * stride_o + cols[None, :]
-    tl.store(op, y.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(op, store_cast(y, out_ptr), mask=mask)
 
 
 @triton.jit
@@ -213,8 +222,8 @@ def _bwd_rows_kernel(
     d = tl.load(dout_ptr + rows[:, None] * stride_d + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     a, da = act_and_grad(g, ACT)
     dzp = dz_ptr + rows[:, None] * stride_dz + cols[None, :]
-    tl.store(dzp, (d * u * da).to(dz_ptr.dtype.element_ty), mask=mask)
-    tl.store(dzp + R, (d * a).to(dz_ptr.dtype.element_ty), mask=mask)
+    tl.store(dzp, store_cast(d * u * da, dz_ptr), mask=mask)
+    tl.store(dzp + R, store_cast(d * a, dz_ptr), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -248,7 +257,7 @@ def _fwd_intuitive_kernel(
         g = tl.load(zrow + cols * stride_zn, mask=mask, other=0.0).to(tl.float32)
         u = tl.load(zrow + (cols + R) * stride_zn, mask=mask, other=0.0).to(tl.float32)
         y = _act(g, ACT) * u
-        tl.store(out_ptr + row * stride_om + cols * stride_on, y.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_ptr + row * stride_om + cols * stride_on, store_cast(y, out_ptr), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------

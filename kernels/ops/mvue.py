@@ -381,6 +381,13 @@ def mvue24(
     Randomness: ``seed`` if given, else one int drawn from ``generator`` (or torch's default).
     """
     x, d, amax = check_mvue_input(x, dim)
+    if x.requires_grad and torch.is_grad_enabled():
+        # The kernel's output has no backward, the CPU fallback's had one: refuse on both paths
+        # rather than drop a gradient silently on one of them.
+        raise ValueError(
+            "mvue24 has no backward (it estimates a gradient, E[out] = x): pass x.detach() or call it "
+            "under torch.no_grad()"
+        )
     _check_generator(generator)
     if seed is not None:
         seed = _check_seed(seed)

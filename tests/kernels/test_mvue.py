@@ -405,3 +405,19 @@ def test_sanity_of_q_helper():
     q = _q_float64(torch.tensor([[1.0, 1.0, 1.0, 1.0], [3.0, 1.0, 0.0, 0.0]]))
     assert torch.allclose(q, torch.tensor([[0.5] * 4, [1.0, 1.0, 0.0, 0.0]], dtype=torch.float64))
     assert math.isclose(q.sum().item(), 4.0)
+
+
+@pytest.mark.parametrize("interpret", [True, False], ids=["kernel", "fallback"])
+def test_a_differentiable_input_is_refused_on_every_path(interpret, monkeypatch):
+    """The kernel's output had no grad_fn and the CPU fallback's had one: a gradient through mvue24
+    was dropped silently on one path only."""
+    import kernels.ops.mvue as mm
+
+    if not interpret:
+        monkeypatch.setattr(mm, "use_triton", lambda x: False)
+    x = torch.randn(4, 8, requires_grad=True)
+    with pytest.raises(ValueError, match="no backward"):
+        mvue24(x, seed=1)
+    with torch.no_grad():
+        assert mvue24(x, seed=1).shape == x.shape
+    assert mvue24(x.detach(), seed=1).shape == x.shape
