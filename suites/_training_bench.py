@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import os
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -165,11 +165,27 @@ BEST_DENSE = "best_dense"
 
 
 def best_dense_summary(times: Mapping[str, Sequence[float]]) -> tuple[dict[str, float], dict[str, list[float]]]:
-    """:func:`round_summary` against :data:`BEST_DENSE`, the faster dense run of each round (dense,
-    or dense_compiled where it was timed): the base of the headline ``speedup_vs_best_dense``."""
-    dense = [times[m] for m in ("dense", compiled_name("dense")) if m in times]
+    """:func:`round_summary` against :data:`BEST_DENSE`, the faster of dense and dense_compiled in
+    each round (both must have been timed): the base of the headline ``speedup_vs_best_dense``."""
+    missing = [m for m in ("dense", compiled_name("dense")) if m not in times]
+    if missing:  # against eager dense alone the headline would over-claim, under the same name
+        raise ValueError(f"speedup_vs_best_dense needs both dense steps; {missing} not timed")
+    dense = [times[m] for m in ("dense", compiled_name("dense"))]
     best = [min(v) for v in zip(*dense, strict=True)]
     return round_summary({**times, BEST_DENSE: best}, base=BEST_DENSE)
+
+
+def timer_of(timers: Collection[str]) -> str:
+    """One run's timer over its rounds: the timer, or ``mixed:a+b`` where it changed between rounds
+    (a capture that broke mid-run times every later call uncaptured): a median over both timers
+    is no one timer's."""
+    kinds = sorted(set(timers))
+    return kinds[0] if len(kinds) == 1 else "mixed:" + "+".join(kinds)
+
+
+def same_timer(*labels: str) -> bool:
+    """Whether a ratio of these runs compares like with like: one timer, the same in every round."""
+    return len(set(labels)) == 1 and not labels[0].startswith("mixed:")
 
 
 def range_label(ratios: Sequence[float]) -> str:

@@ -65,8 +65,10 @@ from suites._training_bench import (
     mode_config,
     range_label,
     round_summary,
+    same_timer,
     sparse_layers,
     split_run,
+    timer_of,
 )
 
 NAME = "table8"
@@ -370,14 +372,19 @@ def _measure(ctx: RunContext, name: str, cfg: GPT2Config, batch: int, seq: int, 
     step: dict[str, list[float]] = {m: [] for m in runs}
     refresh: dict[str, list[float]] = {m: [] for m in runs}
     amortized: dict[str, list[float]] = {m: [] for m in runs}
-    timer = ""
+    timers: dict[str, list[str]] = {m: [] for m in runs}
     for r in range(rounds):
         for mode in list(runs):
             got = _time_mode(ctx, cfg, mode, tokens, targets, shape, check=r == 0)
-            if got is None:  # out of memory: the mode is left out of this shape
+            if got is None:  # out of memory: the mode is left out of this shape, and a row says so
                 runs.remove(mode)
+                ctx.results.add(
+                    mode, metric="out_of_memory", value=float(r), unit="round", shape=shape, dtype=amp_name(),
+                    verified=False,
+                )  # fmt: skip
                 continue
             t_step, t_refresh, interval, timer, t_compile = got
+            timers[mode].append(timer)
             if t_compile == t_compile:
                 compile_s.setdefault(mode, t_compile)  # the first round's: later builds hit the caches
             step[mode].append(t_step)
@@ -386,9 +393,14 @@ def _measure(ctx: RunContext, name: str, cfg: GPT2Config, batch: int, seq: int, 
         if "dense" not in runs:
             return
     ms, per_round = round_summary({m: amortized[m] for m in runs})
-    best_ms, best_round = best_dense_summary({m: amortized[m] for m in runs})
+    dense_compiled = compiled_name("dense")
+    with_best = dense_compiled in runs  # else no headline: eager dense alone is not the best dense
+    if with_best:
+        best_ms, best_round = best_dense_summary({m: amortized[m] for m in runs})
     add = partial(ctx.results.add, shape=shape, dtype=amp_name(), verified=True)
+    timer_by_mode = {m: timer_of(timers[m]) for m in runs}
     for mode in runs:
+        timer = timer_by_mode[mode]
         med_step = statistics.median(step[mode])
         add(mode, metric="step_time", value=med_step, unit="ms", timer=timer)
         add(mode, metric="mask_refresh_time", value=statistics.median(refresh[mode]), unit="ms")
@@ -399,24 +411,30 @@ def _measure(ctx: RunContext, name: str, cfg: GPT2Config, batch: int, seq: int, 
         add(mode, metric="tokens_per_s", value=batch * seq / (ms[mode] * 1e-3), unit="tokens/s", timer=timer)
     for mode, t_compile in compile_s.items():  # wall time of the first step, compilation included
         add(mode, metric="compile_time", value=t_compile, unit="s", verified=False, variant=compile_label(ctx.device))
-    speedup_runs = [m for m in runs if m not in ("dense", CEILING)]
+    unlike = [m for m in runs if not same_timer(timer_by_mode["dense"], timer_by_mode[m])]
+    if unlike:  # a capture broke mid-run: those ratios would divide a replay's time by a launch's
+        ctx.log(f"{label}: no speedups for {unlike}: timed unlike dense ({ {m: timer_by_mode[m] for m in unlike} })")
+    speedup_runs = [m for m in runs if m not in ("dense", CEILING, *unlike)]
+    with_best = with_best and dense_compiled not in unlike
     for mode in speedup_runs:
-        add(mode, metric="speedup_vs_dense", value=ms["dense"] / ms[mode], unit="x")
-        # the headline: against the faster of the eager and the compiled dense step of this run
-        add(mode, metric="speedup_vs_best_dense", value=best_ms[BEST_DENSE] / best_ms[mode], unit="x")
+        add(mode, metric="speedup_vs_dense", value=ms["dense"] / ms[mode], unit="x", timer=timer_by_mode[mode])
+        if with_best:  # the headline: against the faster of the eager and the compiled dense step of this run
+            best = best_ms[BEST_DENSE] / best_ms[mode]
+            add(mode, metric="speedup_vs_best_dense", value=best, unit="x", timer=timer_by_mode[mode])
         if rounds > 1:
             add(mode, metric="speedup_vs_dense_min", value=min(per_round[mode]), unit="x")
             add(mode, metric="speedup_vs_dense_max", value=max(per_round[mode]), unit="x")
-            add(mode, metric="speedup_vs_best_dense_min", value=min(best_round[mode]), unit="x")
-            add(mode, metric="speedup_vs_best_dense_max", value=max(best_round[mode]), unit="x")
+            if with_best:
+                add(mode, metric="speedup_vs_best_dense_min", value=min(best_round[mode]), unit="x")
+                add(mode, metric="speedup_vs_best_dense_max", value=max(best_round[mode]), unit="x")
     msg = f"{label:>18s}: dense {ms['dense']:.1f} ms/step; " + ", ".join(
         f"{m} {ms['dense'] / ms[m]:.3f}x{range_label(per_round[m])}" for m in speedup_runs
     )
-    if compiled_name("dense") in runs:
+    if with_best:
         msg += f"; vs the best dense step ({best_ms[BEST_DENSE]:.1f} ms): " + ", ".join(
-            f"{m} {best_ms[BEST_DENSE] / best_ms[m]:.3f}x" for m in speedup_runs if m != compiled_name("dense")
+            f"{m} {best_ms[BEST_DENSE] / best_ms[m]:.3f}x" for m in speedup_runs if m != dense_compiled
         )
-    if CEILING in runs:
+    if CEILING in runs and CEILING not in unlike:
         add("fst", metric="gemm_ceiling_speedup", value=ms["dense"] / ms[CEILING], unit="x")
         if rounds > 1:
             add("fst", metric="gemm_ceiling_speedup_min", value=min(per_round[CEILING]), unit="x")

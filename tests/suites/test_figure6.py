@@ -144,3 +144,24 @@ def test_amp_dtype_option(monkeypatch):
     monkeypatch.setenv("REPRO_AMP_DTYPE", "fp8")
     with pytest.raises(ValueError, match="REPRO_AMP_DTYPE"):
         amp_dtype()
+
+
+def test_a_ratio_needs_both_sides_timed_alike_in_every_round():
+    """Every row carried the last timed module's timer, and a speedup could divide a graph replay's
+    time by an uncaptured launch's (a capture that breaks times every later call uncaptured)."""
+    from repro.timing import Timing
+
+    class Ctx(ScriptedCtx):
+        timers = iter(["graph", "graph", "graph", "uncaptured"])  # round by round: dense, half
+
+        def time(self, fn, graph: bool = True):  # noqa: ANN001, ANN201
+            t = super().time(fn, graph)
+            return Timing(ms=t.ms, timer=next(self.timers), reps=1)
+
+    ctx = Ctx([2.0, 1.0, 2.0, 1.0])
+    cfg = figure6._cfg(64, figure6.SMOKE_N)
+    figure6._measure(ctx, "ffn", cfg, 1, figure6.SMOKE_N, ("half",), rounds=2)
+    timer = {(r["method"], r["metric"]): r.get("timer") for r in ctx.rows}
+    assert timer["dense", "fwd_bwd_time"] == "graph"
+    assert timer["half", "fwd_bwd_time"] == "mixed:graph+uncaptured"
+    assert ("half", "speedup_vs_dense") not in timer
