@@ -84,11 +84,27 @@ def versions() -> dict[str, str]:
     }
 
 
+RUN_ENV_PREFIXES = ("REPRO_", "FAST_E2E_")
+"""Environment variables of these prefixes choose or change what a run measures (models, batches,
+compile mode, precision): the recorded command carries them, so that it reruns the same thing."""
+LOCATION_ONLY_ENV = frozenset({"REPRO_GIT_COMMIT", "REPRO_RESULTS_DIR", "REPRO_DATA_CACHE"})
+"""Ones that say where things are, not what is measured: left out of the command."""
+
+
+def run_env() -> dict[str, str]:
+    """The set variables of :data:`RUN_ENV_PREFIXES` that change a run, by name."""
+    return {
+        k: v for k, v in sorted(os.environ.items()) if k.startswith(RUN_ENV_PREFIXES) and k not in LOCATION_ONLY_ENV
+    }
+
+
 def invocation() -> str:
-    """The command line of this process, ``python -m repro ...`` when run as a module."""
+    """The command line of this process, ``python -m repro ...`` when run as a module, after the
+    variables of :func:`run_env` (``REPRO_TABLE8_MODELS=gpt2-774m python -m repro run table8``)."""
     prog = Path(sys.argv[0]).name
     head = ["python", "-m", Path(sys.argv[0]).parent.name] if prog == "__main__.py" else [prog]
-    return shlex.join([*head, *sys.argv[1:]])
+    env = [f"{k}={v}" for k, v in run_env().items()]
+    return shlex.join([*env, *head, *sys.argv[1:]])
 
 
 def provenance(device: torch.device, command: str | None = None) -> dict[str, str]:

@@ -101,6 +101,8 @@ class ResultSet:
     def __init__(self, suite: str, artifact: str, profile: str, device: torch.device, command: str | None = None):
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
+        if os.environ.get("REPRO_PLANT_SLOWDOWN"):  # the benchmark gate's A/B check, never a result
+            raise InputError("REPRO_PLANT_SLOWDOWN is set (a planted slowdown for the gate's A/B check): unset it")
         self.suite = suite
         self.artifact = artifact
         self.profile = profile

@@ -307,3 +307,29 @@ def test_a_run_records_one_row_a_key():
     with pytest.raises(ValueError, match="already recorded in this run"):
         rs.add("m", "4x4", "fp16", "time", 2.0, "ms", verified=True)
     assert len(rs.rows) == 2
+
+
+def test_the_recorded_command_carries_the_variables_that_choose_the_run(monkeypatch):
+    """``REPRO_TABLE8_MODELS=gpt2-774m python -m repro run table8`` was recorded without its
+    variable, so rerunning the command ran every model."""
+    from repro.provenance import invocation
+
+    monkeypatch.setattr("sys.argv", ["/x/repro/__main__.py", "run", "table8"])
+    monkeypatch.setenv("REPRO_TABLE8_MODELS", "gpt2-774m")
+    monkeypatch.setenv("FAST_E2E_EVERY", "10")
+    monkeypatch.setenv("REPRO_GIT_COMMIT", "abc")  # where, not what: left out
+    cmd = invocation()
+    assert cmd.startswith("FAST_E2E_EVERY=10 REPRO_TABLE8_MODELS=gpt2-774m python -m repro run table8")
+    assert "REPRO_GIT_COMMIT" not in cmd
+
+
+def test_no_results_while_a_slowdown_is_planted(monkeypatch):
+    """REPRO_PLANT_SLOWDOWN (the gate's A/B check) makes geglu read a third more bytes than its
+    byte count says: a suite run under it wrote those rows as results."""
+    import torch
+
+    from repro.results import InputError, ResultSet
+
+    monkeypatch.setenv("REPRO_PLANT_SLOWDOWN", "geglu")
+    with pytest.raises(InputError, match="REPRO_PLANT_SLOWDOWN"):
+        ResultSet("table3", "table3", "smoke", torch.device("cpu"))

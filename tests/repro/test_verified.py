@@ -258,3 +258,21 @@ def test_a_report_only_change_leaves_results_fresh():
     assert at(sha) == at(report_only)
     first = git("log", "--reverse", "--format=%H", "--", path).split("\n")[0]
     assert at(first) != at(sha)
+
+
+def test_ceiling_rows_carry_each_measurements_own_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GEMM ceiling row carried the copy's timer (eager), though the GEMM is graph-timed."""
+    import repro.roofline as roofline
+    from repro.timing import Timing
+
+    def fake(fn, device, graph: bool = True, **kw):  # noqa: ANN001, ANN202
+        fn()
+        return Timing(ms=1.0, timer="graph" if graph else "eager", reps=1)
+
+    monkeypatch.setattr(roofline, "time_fn", fake)
+    c = roofline.measure_ceilings(torch.device("cpu"), copy_mib=1, gemm_n=16)
+    dev = torch.device("cpu")
+    ctx = RunContext("t", "t", dev, "smoke", c, ResultSet("t", "t", "smoke", dev))
+    ctx.add_ceiling_rows()
+    timer = {r.metric: r.timer for r in ctx.results.frame().itertuples()}
+    assert timer == {"copy_bandwidth": "eager", "gemm_rate": "graph"}
