@@ -40,6 +40,7 @@ from repro.train.parts import (
     now,
     pick_device,
     sparse_layers,
+    spread_mvue_seeds,
 )
 from repro.train.step import lr_at, train_step
 
@@ -161,7 +162,11 @@ def _train(
         flips.load_state_dict(ckpt["extra"].get("flip", {}))
         start, tokens = int(ckpt["step"]), int(ckpt["tokens"])
         del ckpt
-    step_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None) if d.world > 1 else model
+    spread_mvue_seeds(model, d.rank)  # after any restore: the checkpoint holds rank 0's seeds
+    # broadcast_buffers=False: every buffer (masks, flip references) follows from the weights, which
+    # DDP keeps equal; broadcasting rank 0's would also undo each rank's own MVUE seeds
+    ddp_ids = [device.index] if device.type == "cuda" else None
+    step_model = DDP(model, device_ids=ddp_ids, broadcast_buffers=False) if d.world > 1 else model
     if cfg.compile:
         step_model = torch.compile(step_model)
     log = RunLog(run_dir, list(layers), start, enabled=d.main)

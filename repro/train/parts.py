@@ -163,6 +163,24 @@ def sparse_layers(model: nn.Module) -> list[nn.Module]:
     return [m for m in ffn_linears(model) if getattr(m, "mode", "dense") != "dense" and hasattr(m, "set_dense")]
 
 
+MVUE_RANK_STRIDE = 1 << 40
+"""Rank r's MVUE seeds start this far from rank 0's: each use advances a seed by one, so ranks
+draw from disjoint Philox streams for 2**40 uses."""
+
+
+@torch.no_grad()
+def spread_mvue_seeds(model: nn.Module, rank: int) -> None:
+    """Give this rank its own MVUE draws. ``torch.manual_seed(cfg.seed)`` builds the same model,
+    and so the same seeds, on every rank: each rank then applied the same random choices to its
+    own data, where one process with the whole batch draws independently for every sequence.
+    Checkpoints hold rank 0's seeds; each rank calls this after a build and after a restore."""
+    if rank:
+        for m in model.modules():
+            seed = getattr(m, "mvue_seed", None)
+            if isinstance(seed, torch.Tensor):
+                seed.add_(rank * MVUE_RANK_STRIDE).remainder_(2**62)
+
+
 def resolve_data(path: str) -> Path:
     """A token folder: as given, else relative to the repository (the default ``data/offline-en``)."""
     p = Path(path)

@@ -684,3 +684,25 @@ def test_cli_train_refuses_bad_limits_before_writing(corpus, tmp_path, capsys, b
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and ("stop_at must be" in err or "max_minutes must be" in err)
     assert not (tmp_path / "run").exists()
+
+
+def test_each_rank_draws_its_own_mvue_noise():
+    """Every rank built the same model from ``torch.manual_seed(cfg.seed)``, and so the same MVUE
+    seeds: the ranks applied the same random choices to different data (DDP also broadcast rank
+    0's buffers before each forward, which would have undone any per-rank seed)."""
+    from repro.train.parts import MVUE_RANK_STRIDE, spread_mvue_seeds
+
+    cfg = TrainConfig(model="tiny", seq_len=16, batch_size=2, steps=2, warmup=1, mode="fst", amp="none")
+    seeds = []
+    for rank in (0, 1, 2):
+        model = build_model(cfg, torch.device("cpu"))
+        spread_mvue_seeds(model, rank)
+        seeds.append([int(m.mvue_seed) for m in model.modules() if getattr(m, "mvue_seed", None) is not None])
+    assert seeds[0] and len(set(map(tuple, seeds))) == 3
+    assert all((b - a) % 2**62 == MVUE_RANK_STRIDE for a, b in zip(seeds[0], seeds[1], strict=True))
+    assert all(0 <= s < 2**62 for s in seeds[2])
+    import inspect
+
+    from repro.train import loop
+
+    assert "broadcast_buffers=False" in inspect.getsource(loop._train)
