@@ -222,9 +222,10 @@ def _train(
             log.add(Pending(step + 1, tokens, step_tokens, lr, loss, out.grad_norm, rates, t0, now(device)))
             if on_step is not None:
                 on_step(step + 1)
-            if d.main and (step + 1 == cfg.steps or (cfg.eval_every and (step + 1) % cfg.eval_every == 0)):
-                val_loss = evaluate(model, data, cfg.eval_batches, amp)
-                log.val(step + 1, tokens, val_loss)
+            if step + 1 == cfg.steps or (cfg.eval_every and (step + 1) % cfg.eval_every == 0):
+                val_loss = evaluate(model, data, cfg.eval_batches, amp)  # every rank: its slice of each batch
+                if d.main:
+                    log.val(step + 1, tokens, val_loss)
             t = time.perf_counter()
             late = t + 2 * (t - t_prev) >= deadline
             if d.world > 1 and (step + 1) % 20 == 0:  # every rank must stop at the same step

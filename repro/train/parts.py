@@ -217,8 +217,13 @@ class TrainData:
         return _to(x[lo : lo + n], self.device), _to(y[lo : lo + n], self.device)
 
     def val_batch(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = self.val.batch(self.cfg.batch_size, self.cfg.seq_len, step=i, seed=VAL_SEED)
-        return _to(x, self.device), _to(y, self.device)
+        """This rank's slice of validation batch ``i``: ``batch_size`` windows a rank, of one draw
+        of ``batch_size * world`` (as training slices its batches), so the validation set of a run
+        depends on its global batch, not on how many processes share it."""
+        n = self.cfg.batch_size
+        x, y = self.val.batch(n * self.d.world, self.cfg.seq_len, step=i, seed=VAL_SEED)
+        lo = self.d.rank * n
+        return _to(x[lo : lo + n], self.device), _to(y[lo : lo + n], self.device)
 
 
 def _to(t: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -229,7 +234,10 @@ def _to(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, data: TrainData, batches: int, amp_dtype: torch.dtype | None) -> float:
-    """Mean validation loss over the fixed validation batches (reads the device once)."""
+    """Mean validation loss over the fixed validation batches (reads the device once). Every rank
+    calls it: each evaluates its slice of each batch, and the mean is taken over all ranks'
+    (before session 58 rank 0 alone evaluated ``batch_size`` windows, so a run on 2 processes of
+    batch 2 reported another validation set's loss than one process of batch 4)."""
     was = model.training
     model.eval()
     losses = []
@@ -238,7 +246,11 @@ def evaluate(model: nn.Module, data: TrainData, batches: int, amp_dtype: torch.d
         with torch.autocast(x.device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
             losses.append(lm_loss(model, x, y))
     model.train(was)
-    return float(torch.stack(losses).mean())
+    mean = torch.stack(losses).float().mean()
+    if data.d.world > 1:  # equal slices: the mean of the ranks' means is the mean over the batch
+        dist.all_reduce(mean, op=dist.ReduceOp.SUM)
+        mean = mean / data.d.world
+    return float(mean)
 
 
 def now(device: torch.device) -> Any:

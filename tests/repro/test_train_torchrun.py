@@ -48,6 +48,9 @@ def test_torchrun_two_processes_match_one(tmp_path):
     one = [sys.executable, "-m", "repro", "train", "--config", "cfg.json", "--set", "batch_size=4"]
     _train([*one, "--run-dir", "one", "--device", "cpu"], tmp_path)
     assert _losses(tmp_path / "ddp") == pytest.approx(_losses(tmp_path / "one"), rel=1e-5)
+    # the same validation windows too (rank 0 alone had evaluated batch_size = 2 windows a batch)
+    val = [json.loads((tmp_path / r / "summary.json").read_text())["final_val_loss"] for r in ("ddp", "one")]
+    assert val[0] == pytest.approx(val[1], rel=1e-5)
     summary = json.loads((tmp_path / "ddp" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["tokens"] == 3 * 4 * 16
     assert len(json.loads((tmp_path / "ddp" / "provenance.json").read_text())["calls"]) == 1  # rank 0 only
