@@ -69,7 +69,10 @@ def rng_state() -> dict:
     keys, pos, has_gauss, cached = np.random.get_state()[1:]
     return {
         "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        # this process's device only: rank 0 writes the checkpoint and every rank restores it onto
+        # its own device (all devices' states, restored by index, gave rank r a generator rank 0
+        # never used)
+        "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else [],
         "python": random.getstate(),
         "numpy": {
             "keys": torch.from_numpy(keys.astype(np.int64)),
@@ -84,9 +87,8 @@ def set_rng_state(state: dict) -> None:
     """Inverse of ``rng_state``."""
     torch.set_rng_state(state["torch"])
     cuda = state.get("cuda") or []
-    if cuda and torch.cuda.is_available():
-        for i in range(min(len(cuda), torch.cuda.device_count())):
-            torch.cuda.set_rng_state(cuda[i], i)
+    if cuda and torch.cuda.is_available():  # older checkpoints hold every device's: [0] is the saver's
+        torch.cuda.set_rng_state(cuda[0])
     random.setstate(state["python"])
     npst = state["numpy"]
     np.random.set_state(

@@ -706,3 +706,18 @@ def test_each_rank_draws_its_own_mvue_noise():
     from repro.train import loop
 
     assert "broadcast_buffers=False" in inspect.getsource(loop._train)
+
+
+def test_the_cuda_rng_is_saved_and_restored_on_this_process_device(monkeypatch):
+    """Rank 0 saved every device's CUDA generator and each rank restored them by index, so rank r's
+    device got a state rank 0 never advanced; now the saver's device state goes onto each rank's."""
+    from repro.train import checkpoint as ck
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": torch.tensor([7], dtype=torch.uint8))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": calls.append((int(state), device)))
+    state = ck.rng_state()
+    assert [int(t) for t in state["cuda"]] == [7]
+    ck.set_rng_state(state)
+    assert calls == [(7, "cuda")]  # the current device, whichever this rank's is
