@@ -94,7 +94,7 @@ def train(
     Under ``torchrun``: returns only once every rank has finished without error; otherwise raises
     ``RankFailure`` naming the rank (``repro.dist_guard``), so the caller marks nothing finished."""
     check_stops(stop_at, max_minutes)
-    d = init_distributed()
+    d = init_distributed(device)
     try:
         with rank_guard("repro train"):
             res = _train(

@@ -52,18 +52,20 @@ class Dist:
         return self.rank == 0
 
 
-def init_distributed() -> Dist:
+def init_distributed(device: str | torch.device | None = None) -> Dist:
     """Join the process group that ``torchrun`` describes in the environment (gloo on CPU, nccl on
-    CUDA), every collective bounded by ``REPRO_DIST_TIMEOUT_S`` (``repro.dist_guard``); alone
-    without it."""
+    CUDA: the device asked for, else CUDA where there is one), every collective bounded by
+    ``REPRO_DIST_TIMEOUT_S`` (``repro.dist_guard``); alone without it."""
     if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) < 2:
         return Dist()
     local = int(os.environ.get("LOCAL_RANK", "0"))
     owns = not dist.is_initialized()
     if owns:
-        if torch.cuda.is_available():
+        # `--device cpu` on a GPU host: gloo (nccl would fail on the first collective of CPU tensors)
+        cuda = torch.cuda.is_available() if device is None else torch.device(device).type == "cuda"
+        if cuda:
             torch.cuda.set_device(local)
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        backend = "nccl" if cuda else "gloo"
         if backend == "nccl":  # the watchdog aborts a timed-out collective (torch's default since 2.2)
             os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
         dist.init_process_group(backend, timeout=timedelta(seconds=dist_timeout_s()))

@@ -721,3 +721,27 @@ def test_the_cuda_rng_is_saved_and_restored_on_this_process_device(monkeypatch):
     assert [int(t) for t in state["cuda"]] == [7]
     ck.set_rng_state(state)
     assert calls == [(7, "cuda")]  # the current device, whichever this rank's is
+
+
+def test_a_cpu_run_under_torchrun_on_a_gpu_host_joins_with_gloo(monkeypatch):
+    """The backend followed torch.cuda.is_available(), not the device asked for: nccl with CPU
+    tensors, which fails at the first collective."""
+    import torch.distributed as dist
+
+    from repro.train import parts
+
+    got = {}
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")  # set by the nccl branch: kept in this test
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: got.setdefault("set_device", i))
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: got.setdefault("backend", backend))
+    monkeypatch.setattr(dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    parts.init_distributed("cpu")
+    assert got == {"backend": "gloo"}
+    got.clear()
+    parts.init_distributed(None)
+    assert got == {"set_device": 0, "backend": "nccl"}
