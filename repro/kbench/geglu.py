@@ -1,7 +1,8 @@
 """GEGLU forward on fp16 column-major input 32x512xd (Hu et al. Table 3; d = input width, the output
 has d/2 columns): the column-major-aware Triton kernel (ours) vs the "intuitive" row-walking
-kernel (the paper's baseline) vs torch eager ``gelu(gate) * up``. Bytes per call: read the input
-once, write the output once. Read by ``suites/table3.py`` and ``tests/benchmarks/test_bench_geglu.py``."""
+kernel (the paper's baseline) vs torch eager ``gelu(gate) * up`` and its ``torch.compile``d form.
+Bytes per call: read the input once, write the output once. Read by ``suites/table3.py`` and
+``tests/benchmarks/test_bench_geglu.py``."""
 
 from __future__ import annotations
 
@@ -75,3 +76,18 @@ def ours(inp: Inputs):
 @GEGLU.variant(name="torch_eager", doc="torch eager gelu(gate, approximate='tanh') * up on the strided views")
 def torch_eager_call(inp: Inputs):
     return lambda: torch_eager(inp.z)
+
+
+_COMPILED = {}
+
+
+@GEGLU.variant(
+    name="torch_compiled",
+    gate=False,  # a baseline for the suite's ratios; the gate keeps its committed benchmarks
+    doc="torch.compile of the same expression (Inductor fuses gelu and the product into one kernel)",
+)
+def torch_compiled_call(inp: Inputs):
+    if "fn" not in _COMPILED:  # one compiled function; each shape compiles at its first (checked) call
+        _COMPILED["fn"] = torch.compile(torch_eager, dynamic=False)
+    fn = _COMPILED["fn"]
+    return lambda: fn(inp.z)
