@@ -584,4 +584,8 @@ def verdict(df: pd.DataFrame) -> Verdict:
     scale = scaling_text(df)
     if scale:
         notes.append(f"scaling (speedup over 1 GPU): {scale}")
+    notes.append(
+        "step times are unverified rows: each method's masks are checked in the same run, "
+        "the timed steps only for a finite loss"
+    )
     return Verdict(worst(verdicts), "; ".join(notes))
