@@ -94,7 +94,9 @@ def project(tmp_path_factory) -> Path:
     other = "NVIDIA H100 80GB HBM3" if here != "NVIDIA H100 80GB HBM3" else "NVIDIA A100-SXM4-80GB"
     runs = {
         "0001_faster": _saved_run(0.008, here),  # current (10 ms) is 25% slower than this
-        "0002_same": _saved_run(0.0125, here),  # current is faster than this
+        # current (10 ms) is faster than this: with 5x headroom the pass does not hang on how
+        # loaded the host is (at 12.5 ms a median above 13.75 ms failed a behaviour test)
+        "0002_same": _saved_run(0.05, here),
         "0003_othergpu": _saved_run(0.0125, other),
     }
     store = root / "storage" / get_machine_id()

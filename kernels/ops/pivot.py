@@ -235,9 +235,11 @@ def _bits_f32(b: int) -> float:
     return float(torch.tensor([b], dtype=torch.int32).view(torch.float32).item())
 
 
-def _kth_largest_torch(x: torch.Tensor, k: int) -> float:
+def _kth_largest_torch(x: torch.Tensor, k: int, *, topk: bool | None = None) -> float:
+    """The k-th largest of 1-D ``x``: by ``topk`` of the smaller side on CUDA, by ``kthvalue``
+    elsewhere (``topk`` forces either, so the CUDA branch is tested on the CPU too)."""
     n = x.numel()
-    if x.is_cuda:
+    if x.is_cuda if topk is None else topk:
         if k <= n - k + 1:
             return float(torch.topk(x, k, largest=True, sorted=False).values.min().item())
         return float(torch.topk(x, n - k + 1, largest=False, sorted=False).values.max().item())

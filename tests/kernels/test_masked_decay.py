@@ -181,11 +181,19 @@ def test_device_mismatch():
 
 @pytest.mark.parametrize("gdt", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("shape", [(64, 96), (3, 1030)])
-def test_cast_variant_equals_cast_then_decay(gdt, shape):
+def test_cast_variant_equals_cast_then_decay(gdt, shape, monkeypatch):
     """masked_decay_cast_nocheck (one pass: cast the GEMM's gradient to the master dtype and decay)
-    == the cast followed by the in-place kernel, bit for bit; outputs poisoned by construction
-    (a new tensor) and compared everywhere."""
+    == the cast followed by the in-place kernel, bit for bit; its new output is poisoned (NaN)
+    before the kernel writes it, and compared everywhere."""
+    import kernels.ops.masked_decay as md
     from kernels.ops.masked_decay import masked_decay_cast_nocheck, masked_decay_nocheck_
+
+    real_empty = torch.empty
+
+    def poisoned_empty(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+        return real_empty(*a, **kw).fill_(float("nan"))
+
+    monkeypatch.setattr(md.torch, "empty", poisoned_empty)
 
     gen = torch.Generator().manual_seed(sum(shape))
     g = torch.randn(shape, generator=gen).to(gdt)

@@ -175,13 +175,14 @@ def _draws(x: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _unbiased_violations(samples: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Elements where |mean - x| > 5 * sqrt(var / n) + tiny (sample variance of the draws)."""
+    """Elements where |mean - x| > 5 * sqrt(var / n) + tiny (sample variance of the draws), or
+    where the mean is not finite (a NaN compares False, so NaN draws had passed)."""
     s = samples.double()
     n = s.shape[0]
     mean = s.mean(0)
     var = s.var(0, unbiased=True)
     tiny = 1e-6 * x.abs().max().item()
-    return (mean - x.double()).abs() > 5 * torch.sqrt(var / n) + tiny
+    return ~((mean - x.double()).abs() <= 5 * torch.sqrt(var / n) + tiny)
 
 
 def test_unbiased():
@@ -421,3 +422,10 @@ def test_a_differentiable_input_is_refused_on_every_path(interpret, monkeypatch)
     with torch.no_grad():
         assert mvue24(x, seed=1).shape == x.shape
     assert mvue24(x.detach(), seed=1).shape == x.shape
+
+
+def test_unbiased_check_fails_on_nan_draws():
+    """The check itself: NaN samples must count as violations, not pass."""
+    x = torch.ones(2, 4)
+    assert _unbiased_violations(torch.full((8, 2, 4), float("nan")), x).all()
+    assert not _unbiased_violations(x.expand(8, 2, 4), x).any()

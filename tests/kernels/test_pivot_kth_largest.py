@@ -51,3 +51,14 @@ def test_kth_largest_on_cuda_past_int32_k():
     gt = sum(int((c.float() > p).sum()) for c in mags.split(1 << 28))
     ge = sum(int((c.float() >= p).sum()) for c in mags.split(1 << 28))
     assert gt < k <= ge, (float(p), gt, ge, k)
+
+
+@pytest.mark.parametrize("k", [1, 2, 50, 99, 100, 101, 199, 200])
+def test_the_cuda_topk_branch_agrees_with_kthvalue(k):
+    """The CUDA branch (topk of the smaller side) ran only on a GPU; here both branches on the CPU,
+    with ties, against a sort."""
+    from kernels.ops.pivot import _kth_largest_torch
+
+    x = torch.randint(0, 40, (200,), generator=torch.Generator().manual_seed(k)).float()
+    want = float(torch.sort(x, descending=True).values[k - 1])
+    assert _kth_largest_torch(x, k, topk=True) == want == _kth_largest_torch(x, k, topk=False)

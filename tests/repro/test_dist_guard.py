@@ -126,12 +126,12 @@ def test_a_failed_check_on_any_rank_keeps_nothing(tmp_path, rank):
 def test_a_rank_that_hangs_fails_the_run_within_the_timeout(tmp_path):
     """Rank 1 sleeps before the suite's first collective: rank 0 times out (5 s) instead of
     waiting forever, says it heard nothing from rank 1, and nothing is written."""
-    rc, out, wall = _run_suite(
+    rc, out, _ = _run_suite(
         tmp_path, 90, REPRO_TEST_HANG_RANK="1", REPRO_TEST_FAULT_AT="before_run", REPRO_DIST_TIMEOUT_S="5"
     )
     assert rc != 0, out[-3000:]
+    # rank 1 sleeps a day: an exit with this message is rank 0's timeout (a hang is killed at 90 s and fails)
     assert "rank 0 of 2 failed" in out and "no word from rank(s) 1" in out, out[-3000:]
-    assert wall < 60, wall
     _no_results(tmp_path)
 
 

@@ -83,9 +83,13 @@ def _worker(
                 ref_loss.backward()
                 ref_grads = dict(ref.named_parameters())
                 mean_loss = sum(float(x) for x in losses) / world
-                worst = max(
-                    float((grads[n] - p.grad).abs().max() / p.grad.abs().max().clamp(min=1e-12))
-                    for n, p in ref_grads.items()
+                worst = float(  # torch's max: a NaN in any parameter makes it NaN (Python's max can drop it)
+                    torch.stack(
+                        [
+                            (grads[n] - p.grad).abs().max() / p.grad.abs().max().clamp(min=1e-12)
+                            for n, p in ref_grads.items()
+                        ]
+                    ).max()
                 )
                 out["equal"][f"{method} {pattern}"] = {
                     "loss": mean_loss,
@@ -246,14 +250,18 @@ def _step_worker(rank: int, world: int, tp: int, tmp: str) -> None:
                 opt.step()
                 opt.zero_grad()
             after = {n: p.detach() for n, p in ref.named_parameters()}
-            rel = max(
-                float((got[0][n] - after[n]).abs().max() / (after[n] - before[n]).abs().max().clamp(min=1e-12))
-                for n in after
+            rel = float(  # torch's max and min below: NaN propagates (Python's drop it unless it comes first)
+                torch.stack(
+                    [
+                        (got[0][n] - after[n]).abs().max() / (after[n] - before[n]).abs().max().clamp(min=1e-12)
+                        for n in after
+                    ]
+                ).max()
             )
             out = {
                 "names": sorted(got[0]) == sorted(after),
                 "same_as_dtensor_adamw": all(torch.equal(got[0][n], got[1][n]) for n in got[0]),
-                "moved": min(float((after[n] - before[n]).abs().max()) for n in after),
+                "moved": float(torch.stack([(after[n] - before[n]).abs().max() for n in after]).min()),
                 "rel_to_unsharded": rel,
             }
             Path(tmp, "out.json").write_text(json.dumps(out))
