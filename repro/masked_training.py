@@ -52,7 +52,9 @@ MaskFn = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
 def per_tensor_magnitude_mask(density: float) -> MaskFn:
     """A simple mask function: keep the ``density`` fraction of largest |w| of each tensor."""
-    if not 0.0 < density <= 1.0:
+    if isinstance(density, bool) or not isinstance(density, (int, float)):  # True passed as 1.0
+        raise TypeError(f"density must be a number, got {density!r}")
+    if not 0.0 < density <= 1.0:  # NaN fails this too
         raise ValueError(f"density must be in (0, 1], got {density!r}")
 
     def fn(weights: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -35,7 +35,9 @@ def stable_nm(w: torch.Tensor, n: int, m: int, dim: int) -> torch.Tensor:
 def _check(w: object, n: object, m: object, dim: object, finite: bool = True) -> None:
     check_tensor("w", w, dtypes=FLOAT_DTYPES, min_ndim=1, finite=finite)
     check_nm(n, m)
-    if not isinstance(dim, int) or not -w.dim() <= dim < w.dim():
+    if isinstance(dim, bool) or not isinstance(dim, int):  # True is an int: it passed, then movedim failed
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    if not -w.dim() <= dim < w.dim():
         raise ValueError(f"dim {dim} out of range for a {w.dim()}-D tensor")
     check_divisible(f"w.shape[{dim}]", w.shape[dim], m, f"group size m={m}")
 

@@ -59,6 +59,9 @@ _METHODS = ("exhaustive", "approx2", "reference")
 
 def _check(w: torch.Tensor, n: int, m: int, check_finite: bool = True) -> None:
     check_tensor("w", w, dtypes=FLOAT_DTYPES, ndim=2, finite=check_finite)
+    for name, v in (("n", n), ("m", m)):  # 2.0 == 2 passed before
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name} must be an int, got {v!r}")
     if (n, m) != (2, 4):
         raise ValueError(f"transposable masks are implemented for n=2, m=4 only (got n={n}, m={m})")
     check_divisible("w.shape[0]", w.shape[0], 4, "4x4 tile size")

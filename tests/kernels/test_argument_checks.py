@@ -205,3 +205,21 @@ def test_mask_quality_refuses_what_it_cannot_score(change, exc, match):
 def test_approx2_refuses_a_bad_chunk(chunk, exc):
     with pytest.raises(exc, match="chunk_tiles"):
         transposable_mask_approx2(torch.randn(8, 8), chunk_tiles=chunk)
+
+
+def test_bools_and_floats_where_ints_belong_are_refused():
+    """dim=True passed nm_mask's check and failed inside movedim; transposable_mask took n=2.0;
+    per_tensor_magnitude_mask took density=True as 1.0."""
+    from kernels.ops.nm_mask import nm_mask_reference
+    from kernels.ops.transposable import transposable_mask_reference
+    from repro.masked_training import per_tensor_magnitude_mask
+
+    w = torch.randn(8, 8)
+    with pytest.raises(TypeError, match="dim must be an int"):
+        nm_mask_reference(w, 2, 4, dim=True)
+    with pytest.raises(TypeError, match="n must be an int"):
+        transposable_mask_reference(w, n=2.0)
+    with pytest.raises(TypeError, match="density must be a number"):
+        per_tensor_magnitude_mask(True)
+    with pytest.raises(ValueError, match="density"):
+        per_tensor_magnitude_mask(float("nan"))
