@@ -188,6 +188,19 @@ def same_timer(*labels: str) -> bool:
     return len(set(labels)) == 1 and not labels[0].startswith("mixed:")
 
 
+def timers_by_run(
+    timers: Mapping[str, Collection[str]], log: Callable[[str], None], label: str
+) -> tuple[dict[str, str], list[str]]:
+    """Each run's timer label over its rounds (:func:`timer_of`), and the runs timed unlike dense,
+    which get no ratio to it (a capture broke mid-run: the ratio would divide a replay's time by a
+    launch's); those are logged."""
+    timer = {m: timer_of(v) for m, v in timers.items()}
+    unlike = [m for m in timer if not same_timer(timer["dense"], timer[m])]
+    if unlike:
+        log(f"{label}: no speedups for {unlike}: timed unlike dense ({ {m: timer[m] for m in unlike} })")
+    return timer, unlike
+
+
 def range_label(ratios: Sequence[float]) -> str:
     """`` [lo-hi]`` of per-round ratios for a log line; empty for a single round."""
     return f" [{min(ratios):.2f}-{max(ratios):.2f}]" if len(ratios) > 1 else ""

@@ -61,9 +61,8 @@ from suites._training_bench import (
     mode_config,
     range_label,
     round_summary,
-    same_timer,
     split_run,
-    timer_of,
+    timers_by_run,
     twin_check,
 )
 
@@ -201,15 +200,12 @@ def _measure(
             timers[mode].append(t.timer)
             del mod
     ms, per_round = round_summary(times)
-    timer = {mode: timer_of(timers[mode]) for mode in runs}
+    timer, unlike = timers_by_run(timers, ctx.log, label)
     for mode in runs:
         add(method=mode, metric="fwd_bwd_time", value=ms[mode], unit="ms", timer=timer[mode])
         if rounds > 1:
             add(method=mode, metric="fwd_bwd_time_min", value=min(times[mode]), unit="ms", timer=timer[mode])
             add(method=mode, metric="fwd_bwd_time_max", value=max(times[mode]), unit="ms", timer=timer[mode])
-    unlike = [m for m in runs if not same_timer(timer["dense"], timer[m])]
-    if unlike:  # a capture broke mid-run: those ratios would divide a replay's time by a launch's
-        ctx.log(f"{label}: no speedups for {unlike}: timed unlike dense ({ {m: timer[m] for m in unlike} })")
     for mode in (m for m in modes if m not in unlike):
         add(method=mode, metric="speedup_vs_dense", value=ms["dense"] / ms[mode], unit="x", timer=timer[mode])
         if rounds > 1:

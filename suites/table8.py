@@ -65,10 +65,9 @@ from suites._training_bench import (
     mode_config,
     range_label,
     round_summary,
-    same_timer,
     sparse_layers,
     split_run,
-    timer_of,
+    timers_by_run,
 )
 
 NAME = "table8"
@@ -398,7 +397,7 @@ def _measure(ctx: RunContext, name: str, cfg: GPT2Config, batch: int, seq: int, 
     if with_best:
         best_ms, best_round = best_dense_summary({m: amortized[m] for m in runs})
     add = partial(ctx.results.add, shape=shape, dtype=amp_name(), verified=True)
-    timer_by_mode = {m: timer_of(timers[m]) for m in runs}
+    timer_by_mode, unlike = timers_by_run({m: timers[m] for m in runs}, ctx.log, label)
     for mode in runs:
         timer = timer_by_mode[mode]
         med_step = statistics.median(step[mode])
@@ -411,9 +410,6 @@ def _measure(ctx: RunContext, name: str, cfg: GPT2Config, batch: int, seq: int, 
         add(mode, metric="tokens_per_s", value=batch * seq / (ms[mode] * 1e-3), unit="tokens/s", timer=timer)
     for mode, t_compile in compile_s.items():  # wall time of the first step, compilation included
         add(mode, metric="compile_time", value=t_compile, unit="s", verified=False, variant=compile_label(ctx.device))
-    unlike = [m for m in runs if not same_timer(timer_by_mode["dense"], timer_by_mode[m])]
-    if unlike:  # a capture broke mid-run: those ratios would divide a replay's time by a launch's
-        ctx.log(f"{label}: no speedups for {unlike}: timed unlike dense ({ {m: timer_by_mode[m] for m in unlike} })")
     speedup_runs = [m for m in runs if m not in ("dense", CEILING, *unlike)]
     with_best = with_best and dense_compiled not in unlike
     for mode in speedup_runs:
