@@ -293,7 +293,7 @@ def _pod_escape(name: str) -> str:
         if name.lower().startswith("0x"):
             return chr(int(name, 16))
         if name.isdigit():
-            return chr(int(name, 0 if name.startswith("0") and len(name) > 1 else 10))
+            return chr(int(name, 8 if name.startswith("0") and len(name) > 1 else 10))  # perlpodspec: 0NNN octal
     except (ValueError, OverflowError):
         return ""
     got = html.unescape(f"&{name};")

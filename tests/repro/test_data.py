@@ -538,6 +538,11 @@ def test_clean_pod_keeps_prose_and_verbatim_code():
     assert pod_inline("C<oops") == "C<oops"  # unmatched: left as it is
 
 
+def test_pod_numeric_escapes_follow_perlpodspec():
+    # E<0NNN> is octal, E<0xNN> hex, E<NNN> decimal; an invalid number gives nothing
+    assert pod_inline("E<075>E<057>E<0x3D>E<61>E<089>") == "=/=="
+
+
 def test_licences_from_copyright_files_and_spdx():
     dep5 = "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\n"
     dep5 += "Files: debian/*\nLicense: GPL-2+\n\nFiles: *\nCopyright: someone\nLicense: GPL-1+ or Artistic\n"
