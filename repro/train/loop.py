@@ -117,6 +117,18 @@ def train(
                 dist.destroy_process_group()
 
 
+RANKS_AGREE_EVERY = 20
+"""Under torchrun the ranks agree on stopping every this many steps (an all-reduce and a host sync)."""
+
+
+def past_deadline(now_s: float, step_s: float, deadline_s: float, *, steps_ahead: int) -> bool:
+    """Whether a run must stop now to end by ``deadline_s``: true when ``steps_ahead`` more steps of
+    ``step_s`` (and one step's margin) would pass it. Under torchrun the ranks decide only every
+    :data:`RANKS_AGREE_EVERY` steps, so they look that far ahead (else a run overshot the deadline by
+    up to 19 steps)."""
+    return now_s + (steps_ahead + 1) * step_s >= deadline_s
+
+
 def _train(
     cfg: TrainConfig,
     run_dir: Path,
@@ -227,8 +239,8 @@ def _train(
                 if d.main:
                     log.val(step + 1, tokens, val_loss)
             t = time.perf_counter()
-            late = t + 2 * (t - t_prev) >= deadline
-            if d.world > 1 and (step + 1) % 20 == 0:  # every rank must stop at the same step
+            late = past_deadline(t, t - t_prev, deadline, steps_ahead=1 if d.world == 1 else RANKS_AGREE_EVERY)
+            if d.world > 1 and (step + 1) % RANKS_AGREE_EVERY == 0:  # every rank must stop at the same step
                 flag = torch.tensor([float(late)], device=device)
                 dist.all_reduce(flag, op=dist.ReduceOp.MAX)
                 late = bool(flag.item())

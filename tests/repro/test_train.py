@@ -745,3 +745,14 @@ def test_a_cpu_run_under_torchrun_on_a_gpu_host_joins_with_gloo(monkeypatch):
     got.clear()
     parts.init_distributed(None)
     assert got == {"set_device": 0, "backend": "nccl"}
+
+
+def test_deadline_looks_as_far_ahead_as_the_ranks_next_agreement():
+    from repro.train.loop import RANKS_AGREE_EVERY, past_deadline
+
+    # one process decides every step: stop when the next step would end within a step of the deadline
+    assert not past_deadline(0.0, 1.0, 2.5, steps_ahead=1)
+    assert past_deadline(0.0, 1.0, 2.0, steps_ahead=1)
+    # under torchrun the ranks next agree RANKS_AGREE_EVERY steps later: 15 steps' room is not enough
+    assert past_deadline(0.0, 1.0, 15.0, steps_ahead=RANKS_AGREE_EVERY)
+    assert not past_deadline(0.0, 1.0, RANKS_AGREE_EVERY + 1.5, steps_ahead=RANKS_AGREE_EVERY)
