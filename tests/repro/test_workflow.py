@@ -161,3 +161,34 @@ def test_alias_rules_are_the_suite_list():
     assert proc.returncode == 0, proc.stderr[-2000:]
     rules = set(proc.stdout.split())
     assert set(SUITES) <= rules and {"all", "dashboard"} <= rules
+
+
+INFO = '{"conda_version": "24.7.1", "root_prefix": "/x", "conda_prefix": "/x", "envs_dirs": [], "platform": "linux-64"}'
+FAKE_CONDA = f"""#!/bin/sh
+case "$*" in
+  *"info --json"*) echo '{INFO}';;
+  *config*) echo '{{"get": {{"channel_priority": "strict"}}}}';;
+  *) echo "conda 24.7.1";;
+esac
+"""
+
+
+@pytest.mark.parametrize("conda", [False, True])
+def test_jobs_run_in_the_conda_environment_under_use_conda(tmp_path, conda):
+    """Under ``--use-conda`` a job's ``python`` is its environment's, not the host interpreter that
+    runs Snakemake (which would bypass the environment without a word). A stand-in ``conda`` that
+    answers Snakemake's checks lets a dry run print the commands."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
+    cmd = [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "figure3", "--cores", "1"]
+    if conda:
+        (tmp_path / "conda").write_text(FAKE_CONDA)
+        (tmp_path / "conda").chmod(0o755)
+        env["PATH"] = f"{tmp_path}{os.pathsep}{env['PATH']}"
+        cmd.append("--use-conda")
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    runs = [
+        ln.removeprefix("Shell command:").split()[0] for ln in proc.stdout.splitlines() if "-m repro run figure3" in ln
+    ]
+    assert runs, proc.stdout[-3000:]
+    assert set(runs) == {"python" if conda else sys.executable}, runs

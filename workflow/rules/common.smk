@@ -24,7 +24,25 @@ if PROFILE == "auto":
     PROFILE = "full" if DEVICE.type == "cuda" else "smoke"
 if PROFILE not in ("smoke", "full", "paper"):
     raise ValueError(f"config profile must be auto, smoke, full or paper, got {PROFILE!r}")
-PYTHON = shlex.quote(config.get("python") or sys.executable)
+
+
+def _python():
+    """The interpreter of the jobs: ``--config python=...`` if given; under ``--use-conda`` (``--sdm
+    conda``) the rule's environment's own ``python`` (the host's would silently bypass it); else
+    the interpreter running Snakemake, into which scripts/bootstrap.sh installed the packages."""
+    if config.get("python"):
+        return config["python"]
+    try:
+        from snakemake.settings.types import DeploymentMethod
+
+        if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
+            return "python"
+    except (ImportError, AttributeError):  # another Snakemake API: the host interpreter
+        pass
+    return sys.executable
+
+
+PYTHON = shlex.quote(_python())
 # Processes (one GPU each) for the suites that run under torchrun (``DISTRIBUTED = True`` in the
 # suite module, e.g. fast_figure3_e2e): snakemake --config world=4. The other suites run one process.
 try:
