@@ -49,7 +49,10 @@ def nm_mask(w: torch.Tensor, n: int, m: int, dim: int = -1, *, check_finite: boo
     Triton pass (the fused group kernel of ``kernels.ops._flex_triton`` with a fixed n: the rank of an
     entry is counted against its group in registers); elsewhere :func:`nm_mask_reference`. The
     NaN/Inf scan of the input (one read and a host sync) is skipped with ``check_finite=False``
-    (then a call can be captured in a CUDA graph)."""
+    (then a call can be captured in a CUDA graph). Unchecked, a group holding a NaN keeps n + 1
+    entries on the Triton path (every comparison with NaN is false, so it and the n largest others
+    all rank below n; the reference keeps n, NaN as the largest): a NaN weight already makes the
+    layer's output NaN, and its mask is then not n:m. ±Inf is ranked correctly."""
     _check(w, n, m, dim, check_finite)
     if n in (0, m) or w.numel() == 0:  # an empty w gets an empty mask of its shape
         return torch.full(w.shape, n == m, device=w.device)

@@ -58,6 +58,18 @@ def test_kernel_matches_reference(dname, shape):
     assert torch.equal(bits(cslt_pack(a32, mask, dtype=dt)), bits(cslt_pack_reference(a32.to(dt), mask)))
 
 
+@pytest.mark.parametrize("src, dst", [("fp16", "bf16"), ("bf16", "fp16")])
+def test_16bit_operand_packed_in_the_other_16bit_dtype(src, dst):
+    """A 16-bit operand packed in the other 16-bit dtype is rounded once, as torch's cast rounds it."""
+    gen = torch.Generator().manual_seed(17)
+    a = torch.randn(64, 128, generator=gen).to(DTYPES[src])
+    mask = rand24(64, 128, gen)
+    got = cslt_pack(a, mask, dtype=DTYPES[dst])
+    assert got.dtype == DTYPES[dst]
+    assert torch.equal(bits(got), bits(cslt_pack_reference(a.to(DTYPES[dst]), mask)))
+    assert torch.equal(cslt_unpack_reference(got, 64, 128), (a * mask).to(DTYPES[dst]))
+
+
 def test_every_element_written():
     """Outputs poisoned before the launch: every value and metadata word is overwritten."""
     from kernels.ops._cslt_pack_triton import pack_into

@@ -114,3 +114,54 @@ def test_pruned_entries_and_decay_cast_from_them(dname):
         cslt_decay_cast_pruned(g[:, :96].contiguous(), pruned, p, 0.1)
     with pytest.raises(ValueError, match="pruned must"):
         cslt_repack_pair_values(w2, p, pt, pruned.t().contiguous())
+
+
+@pytest.mark.parametrize("dname", ["bf16", "fp16"])
+def test_plain_pytorch_fallbacks_equal_the_kernels(dname, monkeypatch):
+    """Where Triton does not run (CPU without the interpreter), the pair packing, the in-place
+    repack with a new mask, the values-only refresh (with the pruned entries) and the decay + cast
+    fall back to the references: the same bits as the kernels, into buffers poisoned first."""
+    import kernels.ops.cslt_pack as cp
+
+    dt = DTYPES[dname]
+    gen = torch.Generator().manual_seed(43)
+    w, w2 = torch.randn(64, 128, generator=gen), torch.randn(64, 128, generator=gen)
+    mask, mask2 = transposable_mask(w), transposable_mask(w2)
+    g = torch.randn(64, 128, generator=gen).to(dt)
+
+    def run():
+        p, pt = cp.cslt_pack_pair(w, mask, dtype=dt)
+        first = bits(p).clone(), bits(pt).clone()
+        bits(p).fill_(0x7FC1), bits(pt).fill_(0x7FC1)
+        cp.cslt_pack_pair_into(w2, mask2, p, pt)
+        into = bits(p).clone(), bits(pt).clone()
+        pruned = torch.full((64, 64), float("nan"), dtype=dt)
+        cp.cslt_repack_pair_values(w, p, pt, pruned)
+        refreshed = bits(p).clone(), bits(pt).clone(), bits(pruned)
+        return first, into, refreshed, cp.cslt_decay_cast_pruned(g, pruned, p, 0.1)
+
+    kernel = run()
+    monkeypatch.setattr(cp, "use_triton", lambda t: False)
+    plain = run()
+    for a, b in zip(kernel[:3], plain[:3], strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert torch.equal(kernel[3], plain[3]) and torch.isfinite(plain[3]).all()
+    assert torch.equal(plain[2][2], bits(cp.pruned_values_reference(w, mask2, dt)))
+
+
+def test_pair_entry_points_need_a_mask_and_a_matching_pack():
+    from kernels.ops.cslt_pack import cslt_decay_cast_pruned, cslt_pack_pair_into
+
+    gen = torch.Generator().manual_seed(44)
+    w = torch.randn(64, 128, generator=gen)
+    p, pt = cslt_pack_pair(w, transposable_mask(w), dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="needs the transposable mask"):
+        cslt_pack_pair(w, None, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="needs the transposable mask"):
+        cslt_pack_pair_into(w, None, p, pt)
+    g = torch.randn(64, 128, generator=gen).to(torch.bfloat16)
+    pruned = torch.zeros(64, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="packed must be pack"):
+        cslt_decay_cast_pruned(g, pruned, p[:32], 0.1)
+    with pytest.raises(ValueError, match="packed must be pack"):
+        cslt_decay_cast_pruned(g, pruned, p.view(torch.float16), 0.1)

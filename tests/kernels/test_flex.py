@@ -139,6 +139,11 @@ def test_unstructured_is_threshold():
         ({"w": torch.ones(8, 8, dtype=torch.int32)}, TypeError, "dtype"),
         ({"w": torch.full((8, 8), float("nan"))}, ValueError, "NaN"),
         ({"w": torch.randn(8)}, ValueError, "2-D"),
+        ({"tie": 1.5}, ValueError, r"tie must lie in \[0, 1\]"),
+        ({"tie": -0.1}, ValueError, r"tie must lie in \[0, 1\]"),
+        ({"tie": float("nan")}, ValueError, r"tie must lie in \[0, 1\]"),
+        ({"tie": True}, TypeError, "tie must be a real number"),
+        ({"tie": "0.5"}, TypeError, "tie must be a real number"),
     ],
 )
 def test_bad_inputs(kwargs, exc, match):
@@ -313,6 +318,62 @@ def test_masker_raises_on_nonfinite(interpret, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(masker(), want, strict=True))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_masker_pattern_without_fused_kernel_reads_the_device_pivot(dtype):
+    """A pattern with several configurations but no fused kernel (TBS(4) restricted to 0, 2, 4):
+    the pivot and tie share are computed on the device, read back, and the reference masks each
+    weight with them; same masks as flex_mask with the host pivot, every entry written again."""
+    from kernels.ops.flex import FlexMasker
+
+    pattern = TBS(4, configs=(0, 2, 4))
+    assert not has_fast_kernel(pattern)
+    ws = _block(dtype, seed=3)
+    masker = FlexMasker(ws, pattern, 0.45, seed=6)
+    assert masker._device_pivot and not masker._fused
+    want, piv, tie = _expected(ws, pattern, 0.45, 6)
+    masker._mask_buffer.fill_(True)  # poisoned
+    got = masker()
+    assert masker.pivot_and_tie() == (piv, torch.tensor(tie, dtype=torch.float32).item())
+    for g_, w_ in zip(got, want, strict=True):
+        assert g_.any() and not g_.all() and torch.equal(g_, w_)
+        pattern.validate(g_)
+
+
+def test_masker_fixed_nm_refuses_nonfinite_unless_unchecked():
+    """A fixed n:m pattern computes no pivot, so its own scan must catch NaN/Inf weights (and name
+    the weight); ``check=False`` skips that scan (the call stays device-only)."""
+    from kernels.ops.flex import FlexMasker
+    from kernels.ops.nm_mask import nm_mask_reference
+
+    ws = _block(torch.float32, seed=4)
+    masker = FlexMasker(ws, NM(2, 4), 0.5)
+    ws[1][2, 7] = float("inf")
+    with pytest.raises(ValueError, match=r"weights\[1\] contains NaN or Inf"):
+        masker()
+    masker(check=False)  # no scan, no error
+    ws[1][2, 7] = 0.0
+    for m, w in zip(masker(), ws, strict=True):
+        assert torch.equal(m, nm_mask_reference(w, 2, 4, dim=1))
+
+
+def test_mask_quality_flags_a_mask_that_breaks_the_pattern():
+    """A mask of the right density that no TBS(8) configuration allows scores valid 0.0 (and its
+    achieved density and retained share are still reported)."""
+    w = torch.randn(16, 64, generator=torch.Generator().manual_seed(8))
+    good = flex_mask(w, TBS(8), 0.5)
+    row = good[0, :8]  # first row of the first tile: a kept and a dropped entry
+    c_on, c_off = int(row.nonzero()[0]), int((~row).nonzero()[0])
+    bad = good.clone()
+    bad[0, c_on], bad[0, c_off] = False, True  # same count; the tile's column counts now differ
+    assert int(bad.sum()) == int(good.sum())
+    q = mask_quality(w, bad, TBS(8), 0.5)
+    assert q["valid"] == 0.0 and mask_quality(w, good, TBS(8), 0.5)["valid"] == 1.0
+    assert q["achieved_density"] == pytest.approx(float(bad.double().mean()), abs=0)
+    mag = w.double().abs().flatten()
+    expect = float((mag * bad.flatten()).sum() / mag.topk(round(0.5 * w.numel())).values.sum())
+    assert q["retained_vs_topk"] == pytest.approx(expect, rel=1e-6)
+
+
 @pytest.mark.parametrize(
     "make, exc, match",
     [
@@ -326,6 +387,8 @@ def test_masker_raises_on_nonfinite(interpret, monkeypatch):
         (lambda ws: ([ws[0], ws[1].t()], TBS(4), 0.5), ValueError, "contiguous"),
         (lambda ws: ([ws[0].view(-1)], TBS(4), 0.5), ValueError, "2-D"),
         (lambda ws: ([], TBS(4), 0.5), ValueError, "empty"),
+        (lambda ws: ("w", TBS(4), 0.5), TypeError, "a Tensor or a list of Tensors"),
+        (lambda ws: ([torch.empty(0, 64), torch.empty(8, 0)], TBS(4), 0.5), ValueError, "all empty"),
         (lambda ws: (ws, "TBS(4)", 0.5), TypeError, "Pattern"),
         (lambda ws: (ws, NM(2, 4), 0.3), ValueError, "fixes the density"),
     ],

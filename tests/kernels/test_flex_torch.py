@@ -276,6 +276,8 @@ def test_bad_input():
         TorchFlexMasker(w.to(torch.int32), TBS(4), 0.5)
     with pytest.raises(ValueError, match="fixes the density"):
         TorchFlexMasker(w, NM(2, 4), 0.3)
+    with pytest.raises(ValueError, match="one dtype and one device"):
+        TorchFlexMasker([w, w.bfloat16()], TBS(4), 0.5)
 
 
 @pytest.mark.gpu

@@ -169,6 +169,43 @@ def test_non_contiguous_or_tracked_grad_refused():
     assert torch.equal(ref, masked_decay_reference(g_t.contiguous(), weight.t(), mask.t(), 0.5))
 
 
+def test_nocheck_refuses_tracked_grad_and_leaves_empty_or_zero_alpha_untouched():
+    from kernels.ops.masked_decay import masked_decay_nocheck_
+
+    grad, weight, mask = _inputs((8, 12), torch.bfloat16, seed=12)
+    before = grad.clone()
+    with pytest.raises(ValueError, match="requires grad"):
+        masked_decay_nocheck_(grad.clone().requires_grad_(), weight, mask, 0.5)
+    version = grad._version
+    assert masked_decay_nocheck_(grad, weight, mask, 0.0) is grad
+    assert torch.equal(grad, before) and grad._version == version  # nothing written
+    e = torch.empty(0, 4, dtype=torch.bfloat16)
+    assert masked_decay_nocheck_(e, e.clone(), torch.empty(0, 4, dtype=torch.bool), 1.0) is e
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_cast_variant_empty_and_plain_path(plain, monkeypatch):
+    """masked_decay_cast_nocheck without Triton (and on empty input, either path): a new tensor in
+    weight's dtype, grad cast and decayed, against the float64 formula; empty in, empty out."""
+    from kernels.ops.masked_decay import masked_decay_cast_nocheck
+
+    if plain:
+        monkeypatch.setattr(md_mod, "use_triton", lambda t: False)
+    g0 = torch.Generator().manual_seed(13)
+    g = torch.randn(24, 20, generator=g0).to(torch.bfloat16)
+    w = torch.randn(24, 20, generator=g0)
+    m = torch.rand(24, 20, generator=g0) < 0.5
+    out = masked_decay_cast_nocheck(g, w, m, 0.25)
+    assert out.dtype == torch.float32 and out.shape == g.shape
+    expect = g.double() + 0.25 * w.double() * (~m).double()
+    assert rel_err(out, expect) <= 1e-6
+    assert torch.equal(out[m], g.float()[m])
+    empty = masked_decay_cast_nocheck(
+        torch.empty(0, 4, dtype=torch.bfloat16), torch.empty(0, 4), torch.empty(0, 4, dtype=torch.bool), 0.5
+    )
+    assert empty.shape == (0, 4) and empty.dtype == torch.float32
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_device_mismatch():

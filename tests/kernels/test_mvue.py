@@ -429,3 +429,14 @@ def test_unbiased_check_fails_on_nan_draws():
     x = torch.ones(2, 4)
     assert _unbiased_violations(torch.full((8, 2, 4), float("nan")), x).all()
     assert not _unbiased_violations(x.expand(8, 2, 4), x).any()
+
+
+def test_uniforms_refuse_a_bad_count_and_need_triton(monkeypatch):
+    for bad in (-1, 2.0, True, None):
+        with pytest.raises(ValueError, match="n_groups must be a non-negative int"):
+            mvue24_uniforms(0, bad, "cpu")
+    u = mvue24_uniforms(0, 0, "cpu")
+    assert u.shape == (0,) and u.dtype == torch.float32
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # plain CPU: no kernel can draw them
+    with pytest.raises(RuntimeError, match="needs Triton"):
+        mvue24_uniforms(0, 8, "cpu")

@@ -53,6 +53,33 @@ def test_mvue24_nocheck_plain_path_and_bad_metadata(plain_torch):
         mvue24_nocheck(torch.randn(8, 6), seed_tensor=st)
 
 
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_mvue24_nocheck_plain_path_writes_the_mask(plain_torch, dim):
+    """Plain PyTorch: out and mask_out (poisoned, with a tail) receive exactly what
+    mvue24(x, dim, seed=s, return_mask=True) returns on that path."""
+    x = (torch.randn(8, 16, generator=torch.Generator().manual_seed(20)) * 2).to(torch.bfloat16)
+    st = torch.tensor([12345], dtype=torch.int64)
+    buf = torch.full((128 + 8,), float("nan"), dtype=x.dtype)
+    mbuf = torch.ones(128 + 8, dtype=torch.bool)
+    out = mvue24_nocheck(x, dim, seed_tensor=st, out=buf[:128].view(8, 16), mask_out=mbuf[:128].view(8, 16))
+    ref, ref_mask = mvue24(x, dim, seed=12345, return_mask=True)
+    assert torch.equal(out, ref) and torch.equal(mbuf[:128].view(8, 16), ref_mask)
+    assert (ref_mask.movedim(dim, -1).reshape(-1, 4).sum(-1) == 2).all()
+    assert torch.isnan(buf[128:]).all() and mbuf[128:].all() and int(st) == 12346
+
+
+def test_mvue24_nocheck_refuses_foreign_buffers():
+    x = torch.randn(8, 16)
+    st = torch.zeros(1, dtype=torch.int64)
+    with pytest.raises(TypeError, match="out must be a torch.Tensor"):
+        mvue24_nocheck(x, seed_tensor=st, out=[0.0] * 128)
+    with pytest.raises(TypeError, match="mask_out has dtype"):
+        mvue24_nocheck(x, seed_tensor=st, mask_out=torch.zeros(8, 16))
+    with pytest.raises(ValueError, match="seed_tensor is on meta"):
+        mvue24_nocheck(x, seed_tensor=torch.zeros(1, dtype=torch.int64, device="meta"))
+    assert int(st) == 0  # nothing was drawn
+
+
 @pytest.mark.parametrize("plain", [False, True])
 def test_masked_decay_nocheck_equals_checked(plain, monkeypatch):
     if plain:

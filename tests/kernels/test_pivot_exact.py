@@ -97,6 +97,17 @@ def test_single_tensor_rounds_and_defaults():
     assert find_pivot([torch.tensor([-2.0])], 1.0, "gaussian") == 2.0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_all_zero_weights(dtype):
+    """Every |w| is 0 (the gaussian fit has sigma 0): the pivot is 0 for any k > 0, +inf for k == 0."""
+    ts = [torch.zeros(40, 8, dtype=dtype), -torch.zeros(100, dtype=dtype)]
+    for method in METHODS:
+        for density in (0.3, 1.0):
+            r = find_pivot_stats(ts, density, method)
+            assert (r.pivot, r.k, r.n) == (0.0, round(density * 420), 420), (method, density)
+        assert find_pivot(ts, 0.0, method) == math.inf
+
+
 def test_gaussian_terminates_with_tiny_budgets():
     g = torch.Generator().manual_seed(11)
     hard = [

@@ -51,3 +51,21 @@ def test_bad_method_and_options():
         find_pivot(x, 0.5, "gaussian", margin=-1.0)
     with pytest.raises(TypeError, match="options"):
         find_pivot(x, 0.5, "exact", bits=8)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_non_tensor_input_refused(method):
+    for bad in (3.0, "w", None):
+        with pytest.raises(TypeError, match="a Tensor or a sequence of Tensors"):
+            find_pivot(bad, 0.5, method)
+
+
+@pytest.mark.parametrize("method, opts", [("radix", {}), ("radix", {"bits": 16}), ("gaussian", {})])
+def test_radix_and_gaussian_refuse_nonfinite_without_the_scan(method, opts):
+    """check_finite=False skips the up-front scan; radix (bits >= 8) and gaussian still detect
+    NaN/Inf in their first step, as find_pivot_stats documents."""
+    for v in (float("nan"), float("inf"), -float("inf")):
+        y = torch.randn(1000, generator=torch.Generator().manual_seed(2))
+        y[123] = v
+        with pytest.raises(ValueError, match="NaN or Inf"):
+            find_pivot([torch.randn(8), y], 0.5, method, check_finite=False, **opts)

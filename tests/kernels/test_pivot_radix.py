@@ -128,6 +128,7 @@ def test_nonfinite_raises(bad, device):
         (([torch.arange(4)], 0.5), TypeError),
         (([torch.randn(4), torch.randn(4).half()], 0.5), TypeError),
         (([torch.empty(0)], 0.5), ValueError),
+        (([torch.randn(4)], 0.5, "world"), TypeError),
     ],
 )
 def test_bad_input(args, err):

@@ -73,3 +73,15 @@ def test_pivot_and_tie_16bit_bad_input():
     for d in (-0.1, 1.5, float("nan"), True, "0.5"):  # float() took the last two
         with pytest.raises(ValueError, match="density"):
             pivot_and_tie_16bit([torch.randn(8).half()], d)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_pivot_and_tie_16bit_zero_budget_keeps_nothing(dtype):
+    """k = round(density * n) == 0 (density 0, or a density too small for n): +inf, tie share 1."""
+    from kernels.ops.pivot import pivot_and_tie_16bit, pivot_and_tie_16bit_reference
+
+    ts = [torch.randn(64, generator=torch.Generator().manual_seed(4)).to(dtype), torch.ones(36, dtype=dtype)]
+    for density in (0.0, 0.004):  # 0.004 * 100 rounds to 0
+        for fn in (pivot_and_tie_16bit, pivot_and_tie_16bit_reference):
+            assert fn(ts, density) == (float("inf"), 1.0)
+        assert find_pivot(ts, density, method="exact") == float("inf")

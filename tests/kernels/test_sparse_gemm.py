@@ -23,6 +23,8 @@ def test_bad_inputs():
         Sparse24Weight(w, mask=torch.ones(8, 8, dtype=torch.bool), quiet=True)
     with pytest.raises(TypeError, match="bool"):
         Sparse24Weight(w, mask=torch.ones(8, 8), quiet=True)
+    with pytest.raises(ValueError, match="mask shape"):
+        Sparse24Weight(w, mask=nm_mask(torch.randn(8, 16), 2, 4), quiet=True)
     with pytest.raises(ValueError, match="divisible by 4"):
         Sparse24Weight(torch.randn(8, 6), quiet=True)
     sw = Sparse24Weight(w, quiet=True)

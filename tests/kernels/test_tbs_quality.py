@@ -83,3 +83,15 @@ def test_flex_keeps_at_least_the_uniform_mask(density):
     assert abs(int(flex.sum()) - int(uniform.sum())) <= 0.01 * w.numel()  # same budget, to 1%
     kept = lambda m: float((w.abs().double() * m).sum())  # noqa: E731
     assert kept(flex) >= kept(uniform)
+
+
+def test_exact_selection_refuses_bad_tiles_and_keeps_all_or_nothing_directly():
+    from kernels.ops.tbs_exact import heuristic_gap
+
+    t = torch.rand(4, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    for bad_tile, n in ((t[:, :3], 2), (t, 5), (t, -1)):
+        with pytest.raises(ValueError, match="square tile and 0 <= n <= x"):
+            tbs_select_exact(bad_tile, n)
+    assert not tbs_select_exact(t, 0).any() and tbs_select_exact(t, 4).all()
+    with pytest.raises(ValueError, match="selection must be one of"):
+        heuristic_gap(4, t[None], torch.tensor([2]), "greedy")

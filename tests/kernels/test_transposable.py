@@ -165,3 +165,15 @@ def test_approx2_completes_every_tile(dist, subset, monkeypatch):
     m = transposable_mask_approx2(w)
     assert is_transposable_24(m)
     assert (retained(w, m) >= 0.5 * brute_force_best(w) - 1e-9).all()
+
+
+def test_is_transposable_24_rejects_other_shapes_and_row_only_masks():
+    w = torch.randn(8, 12, generator=torch.Generator().manual_seed(9))
+    mask = transposable_mask_reference(w)
+    assert is_transposable_24(mask)
+    assert not is_transposable_24(mask[:, :10])  # columns not a multiple of 4
+    assert not is_transposable_24(mask[:6])  # rows not a multiple of 4
+    assert not is_transposable_24(mask.reshape(2, 4, 12))  # not 2-D
+    assert not is_transposable_24(mask.reshape(-1))
+    row_only = torch.tensor([[1, 1, 0, 0]] * 4, dtype=torch.bool)  # 2:4 along rows, columns 4 and 0
+    assert not is_transposable_24(row_only)
