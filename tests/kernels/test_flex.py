@@ -280,7 +280,7 @@ def test_masker_refuses_weights_replaced_after_set_up(pattern, change):
     "dtype, pattern",
     [
         (torch.float32, TBS(4)),  # radix pivot (interpreter) / host pivot (references)
-        (torch.bfloat16, NM(2, 6)),  # no fused kernel: the reference reads the pivot back
+        (torch.bfloat16, NM(2, 6)),  # no fused kernel and a fixed n: no pivot (_fixed_call)
         (torch.bfloat16, Unstructured()),
         (torch.float16, TBS(8)),
     ],
