@@ -22,6 +22,7 @@ import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -138,6 +139,26 @@ def bootstrap_ci(
     return est, float(lo), float(hi)
 
 
+def wilson_ci(values: Sequence[float] | np.ndarray, *, confidence: float = 0.95) -> tuple[float, float, float]:
+    """(estimate, low, high): the Wilson score interval of a proportion from 0/1 ``values``. For
+    accuracies, where a percentile bootstrap collapses to a zero-width interval at 0 or n correct
+    (0 of 1000 gives [0, 0]; Wilson gives [0, 0.0038]) and is too narrow near them."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError("wilson_ci needs a non-empty 1-d sequence of values")
+    if not np.isin(x, (0.0, 1.0)).all():
+        raise ValueError("wilson_ci needs 0/1 values (a proportion)")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    n, p = x.size, float(x.mean())
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    lo = 0.0 if p == 0.0 else max(0.0, centre - half)  # exact at the edges (rounding leaves ~1e-19)
+    hi = 1.0 if p == 1.0 else min(1.0, centre + half)
+    return p, lo, hi
+
+
 def samples_frame(samples: dict[str, list[dict]]) -> pd.DataFrame:
     """lm-eval's logged samples as one row per (task, document): doc_id and each per-example
     metric value (acc, acc_norm, perplexity = the passage's log-likelihood)."""
@@ -161,7 +182,8 @@ def _summarise(
     seed: int,
 ) -> pd.DataFrame:
     per_doc = samples_frame(results.get("samples", {}))
-    method = f"percentile bootstrap over examples, {iters} resamples, seed {seed} (ours)"
+    boot = f"percentile bootstrap over examples, {iters} resamples, seed {seed} (ours)"
+    wilson = "Wilson score interval over examples (ours)"
     rows = []
     for task, lm_task in names.items():
         res = results["results"].get(lm_task, {})
@@ -174,8 +196,12 @@ def _summarise(
             if metric not in docs or docs[metric].isna().all():  # no samples: no check, no interval
                 raise RuntimeError(f"{lm_task} {metric}: lm-eval aggregated it but logged no per-example values")
             vals = docs[metric].dropna().to_numpy()
-            stat = "perplexity" if metric == "perplexity" else "mean"
-            est, lo, hi = bootstrap_ci(vals, stat, iters=iters, confidence=confidence, seed=seed)
+            if metric == "perplexity":
+                method = boot
+                est, lo, hi = bootstrap_ci(vals, "perplexity", iters=iters, confidence=confidence, seed=seed)
+            else:  # a proportion: acc, acc_norm
+                method = wilson
+                est, lo, hi = wilson_ci(vals, confidence=confidence)
             theirs = float(res[key])
             if not math.isclose(est, theirs, rel_tol=1e-6, abs_tol=1e-9):
                 raise RuntimeError(f"{lm_task} {metric}: lm-eval aggregates {theirs}, its samples give {est}")
@@ -218,7 +244,8 @@ def evaluate(
     return_raw: bool = False,
 ) -> pd.DataFrame | tuple[pd.DataFrame, dict[str, Any]]:
     """Zero-shot scores of ``model`` on ``tasks``: one row per (task, metric) with ``value``,
-    bootstrap ``ci_low``/``ci_high`` (ours; lm-eval's stderrs are not computed), ``n`` examples.
+    ``ci_low``/``ci_high`` (ours: Wilson score intervals for accuracies, a percentile bootstrap for
+    perplexity; lm-eval's stderrs are not computed), ``n`` examples, ``ci_method``.
 
     ``model``: our GPT-2 / Llama module (wrapped in ``ReproLM`` with ``tokenizer``, default GPT-2's
     BPE) or a ready ``lm_eval.api.model.LM``. ``tasks``: offline names (``piqa``, ``arc_easy``,
@@ -249,6 +276,11 @@ def evaluate(
     all_local = all(v.endswith(OFFLINE_SUFFIX) and offline_task_name(v) for v in names.values())
     any_local = any(v.endswith(OFFLINE_SUFFIX) and offline_task_name(v) for v in names.values())
     folder = Path(evalsets) if evalsets is not None else DEFAULT_OUT
+    if any_local and num_fewshot:  # lm-eval would draw the shots from the split being scored
+        raise ValueError(
+            f"num_fewshot={num_fewshot}: the offline sets hold only the evaluated split, so lm-eval would take the "
+            "few-shot examples from the very documents it scores; run zero-shot, or use stock tasks (stock=True)"
+        )
     if any_local:
         manifest = read_evalsets_manifest(folder)
         missing = [b for b, v in names.items() if v.endswith(OFFLINE_SUFFIX) and b not in manifest["sets"]]

@@ -517,3 +517,20 @@ def test_set_labels_are_whole_numbers_never_truncated():
             ev._label_int(bad, "piqa")
     with pytest.raises(ev.DataError, match="not an integer"):
         ev.convert_piqa([{"goal": "g", "sol1": "a", "sol2": "b", "label": 0.7}])
+
+
+def test_wilson_interval_of_accuracies_never_collapses():
+    from repro.eval.harness import wilson_ci
+
+    est, lo, hi = wilson_ci(np.zeros(1000))  # 0 of 1000: the bootstrap gave [0, 0]
+    assert (est, lo) == (0.0, 0.0) and math.isclose(hi, 0.003826, rel_tol=1e-3)
+    assert bootstrap_ci(np.zeros(1000), iters=200)[1:] == (0.0, 0.0)  # why accuracies do not use it
+    est, lo, hi = wilson_ci(np.ones(50))
+    assert est == 1.0 and hi == 1.0 and math.isclose(lo, 0.92865, rel_tol=1e-3)
+    x = (np.random.default_rng(3).random(400) < 0.3).astype(float)
+    est, lo, hi = wilson_ci(x)  # near the normal interval away from the edges
+    se = math.sqrt(est * (1 - est) / x.size)
+    assert lo < est < hi and abs((hi - lo) - 2 * 1.96 * se) < 0.02 * (2 * 1.96 * se)
+    for bad in ([], [0.5, 1.0], [[0.0, 1.0]], [math.nan]):
+        with pytest.raises(ValueError):
+            wilson_ci(bad)
