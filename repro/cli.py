@@ -268,30 +268,41 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_expected(manifest: dict, expected_path: str | None) -> int:
-    """Compare a built corpus with a committed expectation: 0 when it matches (or none is given)."""
+class _CorpusDiffers(Exception):
+    """A built corpus differs from its committed summary (``--expected``): its files are not installed."""
+
+
+def _expected_check(expected_path: str | None):
+    """The check a build runs before its files replace the corpus (``write_corpus``'s ``accept``):
+    None without ``--expected``; else one that raises :class:`_CorpusDiffers` on any difference, so a
+    corpus built from other sources never lands where training would trust it."""
     import json
 
     from repro.data import DataError
     from repro.data.offline import compare_expected
 
     if not expected_path:
-        return 0
+        return None
     try:
         expected = json.loads(Path(expected_path).read_text())
     except (OSError, ValueError) as exc:
         raise DataError(f"cannot read the expected corpus summary {expected_path} ({exc})") from None
-    diffs = compare_expected(manifest, expected)
-    if diffs:
-        print(f"the corpus differs from {expected_path}:", file=sys.stderr)
-        for d in diffs:
-            print(f"   {d}", file=sys.stderr)
-        print(
-            "   (a deliberate change to the sources or the cleaning: update it with --write-expected)", file=sys.stderr
-        )
-        return 1
-    print(f"   matches {expected_path}")
-    return 0
+
+    def check(manifest: dict) -> None:
+        diffs = compare_expected(manifest, expected)
+        if diffs:
+            raise _CorpusDiffers(diffs)
+
+    return check
+
+
+def _report_differs(exc: _CorpusDiffers, expected_path: str, out: object) -> int:
+    what = f"the corpus at {out} differs from {expected_path} (a build leaves the corpus there as it was):"
+    print(what, file=sys.stderr)
+    for d in exc.args[0]:
+        print(f"   {d}", file=sys.stderr)
+    print("   (a deliberate change to the sources or the cleaning: update it with --write-expected)", file=sys.stderr)
+    return 1
 
 
 def _write_expected(manifest: dict, path: str | None) -> None:
@@ -313,16 +324,22 @@ def cmd_data_build(args: argparse.Namespace) -> int:
     out = args.out or (corpus.out if corpus else None)
     shown = ", ".join(sources or (corpus.sources if corpus else ()))
     print(f"== data: offline corpus {args.corpus} ({shown}) -> {out}", flush=True)
-    manifest = build_corpus(
-        args.corpus,
-        out,
-        args.cache,
-        sources=sources,
-        val_fraction=args.val_fraction,
-        allow_version_drift=args.allow_version_drift,
-    )
+    try:
+        manifest = build_corpus(
+            args.corpus,
+            out,
+            args.cache,
+            sources=sources,
+            val_fraction=args.val_fraction,
+            allow_version_drift=args.allow_version_drift,
+            accept=_expected_check(args.expected),
+        )
+    except _CorpusDiffers as exc:
+        return _report_differs(exc, args.expected, out)
     _write_expected(manifest, args.write_expected)
-    return _check_expected(manifest, args.expected)
+    if args.expected:
+        print(f"   matches {args.expected}")
+    return 0
 
 
 def cmd_data_hf(args: argparse.Namespace) -> int:
@@ -360,7 +377,14 @@ def cmd_data_info(args: argparse.Namespace) -> int:
             f"  {split:5s}: {len(tf):>12,} tokens  {info['documents']:>8,} documents  "
             f"{info['characters']:>14,} characters  sha256 {info['sha256'][:16]}{'  verified' if args.verify else ''}"
         )
-    return _check_expected(m, args.expected)
+    check = _expected_check(args.expected)
+    if check is not None:
+        try:
+            check(m)
+        except _CorpusDiffers as exc:
+            return _report_differs(exc, args.expected, args.path)
+        print(f"   matches {args.expected}")
+    return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -512,9 +512,11 @@ def build_offline(
     allow_version_drift: bool = False,
     rebuild: str | None = None,
     progress: Callable[..., None] | None = None,
+    accept: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Fetch, clean, deduplicate and tokenise the offline corpus into ``out``; returns the manifest.
-    ``split``: "hash" (each document by its id's hash) or "per-source" (:func:`per_source_split`)."""
+    ``split``: "hash" (each document by its id's hash) or "per-source" (:func:`per_source_split`).
+    ``accept``: :func:`repro.data.tokens.write_corpus`'s check before the files land."""
     unknown = [s for s in sources if s not in SOURCES]
     if unknown or not sources:
         raise DataError(f"unknown source(s) {unknown or sources}; choose from {', '.join(SOURCES)}")
@@ -567,6 +569,7 @@ def build_offline(
         rebuild=rebuild or REBUILD.format(out=out),
         extra={"code": code_version()},
         progress=progress,
+        accept=accept,
     )
 
 
@@ -579,9 +582,10 @@ def build_corpus(
     val_fraction: float | None = None,
     allow_version_drift: bool = False,
     progress: Callable[..., None] | None = None,
+    accept: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Build the named corpus of :data:`CORPORA` (into ``data/<name>`` by default); ``sources`` and
-    ``val_fraction`` override its own."""
+    ``val_fraction`` override its own; ``accept`` as :func:`build_offline`'s."""
     if name not in CORPORA:
         raise DataError(f"unknown corpus {name!r}; choose from {', '.join(CORPORA)}")
     c = CORPORA[name]
@@ -606,6 +610,7 @@ def build_corpus(
         allow_version_drift=allow_version_drift,
         rebuild=rebuild,
         progress=progress,
+        accept=accept,
     )
     return manifest
 

@@ -82,6 +82,7 @@ def write_corpus(
     rebuild: str = DEFAULT_REBUILD,
     extra: dict[str, Any] | None = None,
     progress: Callable[..., None] | None = None,
+    accept: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Tokenise ``docs`` (in the order given) into ``out/{train,val}.bin`` + ``manifest.json``.
 
@@ -90,6 +91,8 @@ def write_corpus(
     of it, described in the manifest by ``split_method``), and every
     document is followed by the end-of-text token. Files are written under temporary names and
     renamed at the end, so an interrupted build never leaves files that look complete.
+    ``accept(manifest)`` runs before they replace an existing corpus and may raise to keep it (the
+    CLI's ``--expected`` check: a corpus that differs from its committed summary never lands).
     Returns the manifest.
     """
     if not 0.0 <= val_fraction < 1.0:
@@ -163,6 +166,13 @@ def write_corpus(
         "rebuild": rebuild,
         **(extra or {}),
     }
+    if accept is not None:
+        try:
+            accept(manifest)
+        except BaseException:
+            for s in SPLITS:
+                Path(tmp[s]).unlink(missing_ok=True)
+            raise
     # The old manifest goes first: a build stopped between the two steps below leaves no manifest
     # (the folder is refused: "rebuild"), never new token files under the old files' hashes.
     (out / "manifest.json").unlink(missing_ok=True)

@@ -740,3 +740,26 @@ def test_rebuild_commands_rebuild_the_same_corpus(cache, tmp_path, monkeypatch):
     monkeypatch.setattr(hf, "_load", lambda *a: [{"text": "one document"}])
     m = hf.hf_corpus("stub", out=tmp_path / "h", val_fraction=0.3, streaming=False, encoding=_encoding(cache))
     assert m["rebuild"].endswith("--val-fraction 0.3 --no-streaming")
+
+
+def test_a_build_that_differs_from_its_summary_leaves_the_corpus_as_it_was(cache, corpus, tmp_path):
+    from repro.cli import _CorpusDiffers, _expected_check
+
+    out = _copy(corpus, tmp_path / "installed")
+    before = {f: (out / f).read_bytes() for f in ("train.bin", "val.bin", "manifest.json")}
+    exp = tmp_path / "exp.json"
+    summary = expected_summary(read_manifest(corpus))
+    summary["splits"]["train"]["tokens"] += 1  # as if the sources had changed since the summary
+    exp.write_text(json.dumps(summary))
+    with pytest.raises(_CorpusDiffers):
+        build_offline(
+            out, ("brown", "shakespeare"), cache, val_fraction=0.25, require_gpt2=False, accept=_expected_check(str(exp))
+        )
+    assert {f: (out / f).read_bytes() for f in before} == before  # nothing replaced
+    assert sorted(p.name for p in out.iterdir()) == sorted(before)  # no temporary files left
+    exp.write_text(json.dumps(expected_summary(read_manifest(corpus))))
+    manifest = build_offline(
+        out, ("brown", "shakespeare"), cache, val_fraction=0.25, require_gpt2=False, accept=_expected_check(str(exp))
+    )
+    assert manifest["splits"] == read_manifest(corpus)["splits"]
+    assert _expected_check(None) is None
