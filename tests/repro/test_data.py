@@ -751,15 +751,12 @@ def test_a_build_that_differs_from_its_summary_leaves_the_corpus_as_it_was(cache
     summary = expected_summary(read_manifest(corpus))
     summary["splits"]["train"]["tokens"] += 1  # as if the sources had changed since the summary
     exp.write_text(json.dumps(summary))
+    kw = {"val_fraction": 0.25, "require_gpt2": False}
     with pytest.raises(_CorpusDiffers):
-        build_offline(
-            out, ("brown", "shakespeare"), cache, val_fraction=0.25, require_gpt2=False, accept=_expected_check(str(exp))
-        )
+        build_offline(out, ("brown", "shakespeare"), cache, **kw, accept=_expected_check(str(exp)))
     assert {f: (out / f).read_bytes() for f in before} == before  # nothing replaced
     assert sorted(p.name for p in out.iterdir()) == sorted(before)  # no temporary files left
     exp.write_text(json.dumps(expected_summary(read_manifest(corpus))))
-    manifest = build_offline(
-        out, ("brown", "shakespeare"), cache, val_fraction=0.25, require_gpt2=False, accept=_expected_check(str(exp))
-    )
+    manifest = build_offline(out, ("brown", "shakespeare"), cache, **kw, accept=_expected_check(str(exp)))
     assert manifest["splits"] == read_manifest(corpus)["splits"]
     assert _expected_check(None) is None
