@@ -67,4 +67,18 @@ def test_verdict_bounds_the_gaps_over_measured_cells_and_names_the_missing_ones(
             rows += [{"method": mask, "metric": f"{task}{s}", "shape": "", "value": acc} for s in ("_acc",)]
     v = suite.verdict(pd.DataFrame(rows))
     assert v.status == "not comparable"
-    assert "at most 0.020 over the 11 measured cells" in v.caveat and "not measured: us/piqa" in v.caveat
+    assert "at most 0.020 over the 11 cells where a model scored above 0" in v.caveat
+    assert "not measured: us/piqa" in v.caveat and "chance: piqa 0.5" in v.caveat
+
+
+def test_verdict_leaves_0_against_0_out_of_the_bound_and_names_cells_below_chance():
+    suite = get_suite("fast_table1")
+    rows = [{"method": "dense", "metric": "val_loss", "shape": "llama-tiny/1000tok", "value": 3.0}]
+    for mask in suite.MASKS:
+        for task in suite.TASKS.values():
+            acc = {"lambada": 0.0, "arc_c": 0.19}.get(task, 0.5 if mask == "dense" else 0.51)
+            rows += [{"method": mask, "metric": f"{task}_acc", "shape": "", "value": acc}]
+            rows += [{"method": mask, "metric": f"{task}_acc_ci_high", "shape": "", "value": acc + 0.03}]
+    v = suite.verdict(pd.DataFrame(rows))
+    assert "at most 0.010 over the 9 cells where a model scored above 0 (3 cells are 0 against 0)" in v.caveat
+    assert "below chance beyond the CI: dense/arc_c 0.190" in v.caveat and "lambada 0.000" not in v.caveat
