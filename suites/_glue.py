@@ -257,6 +257,57 @@ def finetune_run(ctx: RunContext, method: str, run_id: str, run_dir: Path) -> di
 # ---------------------------------------------------------------------------------------------
 
 
+def majority_fold_scores(evalsets: Path, k: int = 5, seed: int = 0) -> tuple[float, ...]:
+    """Per fold, the three-task score of the constant predictor that answers the training folds'
+    majority class (the same ``stratified_folds`` as the fine-tuning, ``glue_metrics``,
+    :func:`task_score`): the floor a fine-tuned model must clear before its score says anything."""
+    from repro.eval.glue import glue_metrics, load_glue_offline, stratified_folds
+
+    per_fold = np.zeros(k)
+    for task in TASKS:
+        y = np.asarray([int(ex["label"]) for ex in load_glue_offline(task, evalsets)])
+        for f, held in enumerate(stratified_folds(y, k, seed)):
+            train = np.setdiff1d(np.arange(len(y)), held)
+            guess = np.full(len(held), np.bincount(y[train]).argmax())
+            m = glue_metrics(task, y[held], guess)
+            per_fold[f] += task_score(task, {name: 100 * v for name, v in m.items()}) / len(TASKS)
+    return tuple(round(float(v), 4) for v in per_fold)
+
+
+MAJORITY_FOLD_SCORES = (59.7182, 59.123, 59.3427, 59.4228, 59.7735)
+"""``majority_fold_scores`` of the full profile's folds (k=5, seed 0) on the pinned evaluation sets
+(``data/evalsets.expected.json``); tests recompute it where the sets are installed."""
+
+
+def with_majority(caveat: str, df: pd.DataFrame, methods: Sequence[str] | None = None) -> str:
+    """``caveat`` and, where the rows allow, :func:`majority_text` of ``methods`` (default: every
+    method with GLUE rows), with what an interval holding 0 means."""
+    if methods is None:
+        methods = list(dict.fromkeys(glue_rows(df)["method"]))
+    text = majority_text(df, methods)
+    if not text:
+        return caveat
+    meaning = "an interval holding 0: not distinguishable from always answering the majority class"
+    return f"{caveat}. Scores {text} ({meaning})"
+
+
+def majority_text(df: pd.DataFrame, methods: Sequence[str]) -> str:
+    """Each method's three-task score minus the majority-class predictor's, paired by fold, with
+    its 95% t-interval; empty where the rows are not the full profile's 5 folds."""
+    parts = []
+    for method in methods:
+        fs = fold_scores(df, method)
+        runs = fs.groupby(level="run").apply(lambda r: set(r.index.get_level_values("fold")))
+        if fs.empty or any(f != set(range(len(MAJORITY_FOLD_SCORES))) for f in runs):  # other folds (smoke's k=2)
+            continue
+        g, lo, hi = t_interval([v - MAJORITY_FOLD_SCORES[f] for (_, f), v in fs.items()])
+        parts.append(f"{method} {g:+.1f} [{lo:+.1f}, {hi:+.1f}]")
+    if not parts:
+        return ""
+    base = float(np.mean(MAJORITY_FOLD_SCORES))
+    return f"over the majority-class predictor ({base:.1f}, same folds): " + ", ".join(parts)
+
+
 def glue_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The GLUE rows (k-fold protocol) of these results."""
     return df[df["variant"].astype(str).str.contains(f" {PROTOCOL} ", regex=False)]

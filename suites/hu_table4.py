@@ -131,5 +131,5 @@ def verdict(df: pd.DataFrame) -> Verdict:
         "not comparable",
         f"paper: BERT-base/C4, 8 GLUE tasks on standard splits; ours: {G.scale_note(df)} (not GLUE scores). "
         f"Paper's claim (fst within {CLOSE_TOL:g} pt of dense, above STEP and Bi-Mask; paper's GLUE-score gaps {said}) "
-        f"at this scale, paired 95% fold intervals: {tested}",
+        + G.with_majority(f"at this scale, paired 95% fold intervals: {tested}", df),
     )

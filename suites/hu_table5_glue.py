@@ -110,6 +110,5 @@ def verdict(df: pd.DataFrame) -> Verdict:
         "not comparable",
         f"paper: GPT-2 124M on OpenWebText, GLUE on standard splits; ours: {G.scale_note(df)} (not GLUE scores). "
         f"Paper's claim (fst within {CLOSE_TOL:g} pt of dense; paper {paper_gap()[0]:+.1f} GLUE score) at this scale, "
-        "paired 95% interval "
-        f"over seeds x folds: {text}: {state}",
+        + G.with_majority(f"paired 95% interval over seeds x folds: {text}: {state}", df),
     )

@@ -122,5 +122,5 @@ def verdict(df: pd.DataFrame) -> Verdict:
     return Verdict(
         "not comparable",
         f"paper: BERT-base/C4, 8 GLUE tasks on standard splits; ours: {G.scale_note(df)} (not GLUE scores). "
-        f"Effect of each technique on our score, paired 95% fold intervals: {said}",
+        + G.with_majority(f"Effect of each technique on our score, paired 95% fold intervals: {said}", df),
     )

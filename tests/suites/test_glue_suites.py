@@ -196,3 +196,22 @@ def test_step_and_bimask_runs_are_in_the_plan_at_the_headline_scale():
         assert scale == P.HEADLINE and recipe["mode"] == mode
         cfg = P.config(rid, "full")
         assert cfg.model == "gpt2-124m" and cfg.decay == P.PAPER_LAMBDA_124M
+
+
+def test_verdicts_weigh_scores_against_the_majority_class_predictor():
+    base = list(G.MAJORITY_FOLD_SCORES)
+    df = pd.DataFrame(_rows("dense", "d-s0", [b + 5 for b in base]) + _rows("fst", "f-s0", [b + d for b, d in
+                      zip(base, (1, -1, 2, -2, 0), strict=True)]))  # fmt: skip
+    text = G.majority_text(df, ["dense", "fst"])
+    assert "dense +5.0 [+5.0, +5.0]" in text and "fst +0.0 [-2.0, +2.0]" in text
+    assert G.with_majority("claims", df).startswith("claims. Scores over the majority-class predictor (59.5")
+    two_folds = pd.DataFrame(_rows("dense", "d-s0", [60.0, 61.0]))  # smoke's k=2: folds unlike the constants'
+    assert G.majority_text(two_folds, ["dense"]) == "" and G.with_majority("claims", two_folds) == "claims"
+
+
+def test_majority_fold_scores_are_the_pinned_sets_own():
+    from repro.eval.evalsets import DEFAULT_OUT
+
+    if not (DEFAULT_OUT / "manifest.json").exists():
+        pytest.skip(f"no {DEFAULT_OUT} (python -m repro data evalsets)")
+    assert G.majority_fold_scores(DEFAULT_OUT) == G.MAJORITY_FOLD_SCORES
