@@ -5,6 +5,7 @@ is tokenised as it arrives; needs the optional ``datasets`` package (``pip insta
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,7 +23,16 @@ def _load(name: str, config: str | None, split: str, data_files: Any, streaming:
     if Path(name).is_dir() and any((Path(name) / f).exists() for f in ("state.json", "dataset_dict.json")):
         ds = datasets.load_from_disk(name)  # a save_to_disk folder
         return ds[split] if isinstance(ds, datasets.DatasetDict) else ds
-    return datasets.load_dataset(name, config, split=split, data_files=data_files, streaming=streaming)
+    try:
+        return datasets.load_dataset(name, config, split=split, data_files=data_files, streaming=streaming)
+    except (ConnectionError, FileNotFoundError) as exc:  # offline, no such dataset, no such files
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1"
+        raise DataError(
+            f"cannot load {name!r} ({config or 'default'}, {split}): {type(exc).__name__}: {exc}. "
+            + ("Hub access is off (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE); " if offline else "")
+            + "a hub dataset needs internet; offline, pass a datasets.save_to_disk folder, or a loader name "
+            "(json, text, parquet) with --data-files; or use the offline corpus (python -m repro data build)"
+        ) from None
 
 
 def hf_corpus(

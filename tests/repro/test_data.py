@@ -382,6 +382,9 @@ def test_hf_corpus_on_local_json(cache, tmp_path):
     assert m2["splits"]["train"]["documents"] + m2["splits"]["val"]["documents"] == 10
     with pytest.raises(DataError, match="no field 'text'"):
         hf_corpus(str(disk), out=tmp_path / "out3", encoding=enc)
+    # what cannot be loaded is a one-line DataError that says what to do, not a traceback
+    with pytest.raises(DataError, match=r"cannot load 'json'.*--data-files"):
+        hf_corpus("json", data_files=str(tmp_path / "nowhere.jsonl"), out=tmp_path / "out4", encoding=enc)
 
 
 def test_real_gpt2_tokenizer_from_cache():
