@@ -231,8 +231,11 @@ class TokenFile:
             raise InputError(f"split must be one of {SPLITS}, got {split!r}")
         self.dir, self.split = path, split
         self.manifest = read_manifest(path)
-        self.info = self.manifest["splits"][split]
         self.rebuild = self.manifest.get("rebuild", DEFAULT_REBUILD)
+        splits = self.manifest.get("splits")
+        if not isinstance(splits, dict) or not isinstance(splits.get(split), dict):
+            raise DataError(f"{path}/manifest.json describes no {split!r} split; rebuild it with: {self.rebuild}")
+        self.info = splits[split]
         if self.info.get("file") != f"{split}.bin":  # a manifest never points outside its folder
             raise DataError(
                 f"{path}/manifest.json names {self.info.get('file')!r} as the {split} file, not {split}.bin; "

@@ -300,6 +300,11 @@ def test_missing_truncated_corrupt_files_name_the_rebuild(corpus, tmp_path):
     tf = TokenFile(bad, "train")  # same size: opens; the hash is checked on demand
     with pytest.raises(DataError, match=r"corrupt \(sha256 .*rebuild it with: python -m repro data build"):
         tf.verify()
+    m = json.loads((corpus / "manifest.json").read_text())
+    del m["splits"]["val"]  # a manifest from a build that wrote no val split
+    (bad / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(DataError, match=r"describes no 'val' split; rebuild it with: python -m repro data build"):
+        TokenFile(bad, "val")
     (bad / "manifest.json").write_text("{not json")
     with pytest.raises(DataError, match="unreadable"):
         TokenFile(bad)
