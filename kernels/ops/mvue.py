@@ -301,8 +301,7 @@ def mvue24_uniforms(seed: int, n_groups: int, device: torch.device | str) -> tor
 
     Needs Triton (CUDA, or CPU under ``TRITON_INTERPRET=1``)."""
     seed = _check_seed(seed)
-    if isinstance(n_groups, bool) or not isinstance(n_groups, int) or n_groups < 0:
-        raise ValueError(f"n_groups must be a non-negative int, got {n_groups!r}")
+    n_groups = check_int("n_groups", n_groups, lo=0)
     u = torch.empty(n_groups, dtype=torch.float32, device=device)
     if not use_triton(u):
         raise RuntimeError(

@@ -432,8 +432,10 @@ def test_unbiased_check_fails_on_nan_draws():
 
 
 def test_uniforms_refuse_a_bad_count_and_need_triton(monkeypatch):
-    for bad in (-1, 2.0, True, None):
-        with pytest.raises(ValueError, match="n_groups must be a non-negative int"):
+    with pytest.raises(ValueError, match="n_groups must be an int >= 0"):
+        mvue24_uniforms(0, -1, "cpu")
+    for bad in (2.0, True, None):  # not an int: a TypeError, as every check_int argument gives
+        with pytest.raises(TypeError, match="n_groups must be an int"):
             mvue24_uniforms(0, bad, "cpu")
     u = mvue24_uniforms(0, 0, "cpu")
     assert u.shape == (0,) and u.dtype == torch.float32
