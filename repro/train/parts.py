@@ -220,8 +220,10 @@ class TrainData:
 
     def val_batch(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's slice of validation batch ``i``: ``batch_size`` windows a rank, of one draw
-        of ``batch_size * world`` (as training slices its batches), so the validation set of a run
-        depends on its global batch, not on how many processes share it."""
+        of ``batch_size * world`` (as training slices its batches). The validation set is thus
+        fixed by ``batch_size * world`` and ``eval_batches`` (not by ``grad_accum``, which would
+        multiply the cost of every evaluation): compare validation losses between runs that share
+        them, as every suite's methods do; 1 process of batch 4 and 2 of batch 2 share them."""
         n = self.cfg.batch_size
         x, y = self.val.batch(n * self.d.world, self.cfg.seq_len, step=i, seed=VAL_SEED)
         lo = self.d.rank * n
