@@ -177,5 +177,8 @@ def pick_profile(profile: str, device: torch.device) -> str:
     if profile == "auto":
         return "full" if device.type == "cuda" else "smoke"
     if profile in ("full", "paper") and device.type != "cuda":
-        raise SystemExit(f"the {profile} profile needs a CUDA GPU; use --profile smoke on a CPU")
+        raise SystemExit(
+            f"the {profile} profile needs a CUDA GPU; on a CPU use the smoke profile: "
+            "snakemake <target> --config profile=smoke, or python -m repro run <suite> --profile smoke"
+        )
     return profile

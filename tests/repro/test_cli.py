@@ -159,3 +159,15 @@ def test_compare_into_a_closed_pipe_stops_quietly() -> None:
     err = proc.stderr.read().decode()
     proc.wait(timeout=120)
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_full_profile_on_a_cpu_names_the_smoke_profile_in_both_front_ends() -> None:
+    """Under Snakemake ``--profile`` is Snakemake's own option: the hint names ``--config profile=smoke`` too."""
+    import torch
+
+    from repro.suite import pick_profile
+
+    with pytest.raises(SystemExit) as e:
+        pick_profile("full", torch.device("cpu"))
+    assert "--config profile=smoke" in str(e.value) and "--profile smoke" in str(e.value)
+    assert pick_profile("auto", torch.device("cpu")) == "smoke"
