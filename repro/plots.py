@@ -34,7 +34,9 @@ def grouped_bars(
     ranges: dict[str, tuple[list[float], list[float]]] | None = None,
 ) -> None:
     """Bars per group, one bar per series; series named in ``hatched`` are drawn hatched (paper);
-    a series in ``ranges`` (lows, highs) gets error bars from low to high (NaN: none)."""
+    a series in ``ranges`` (lows, highs) gets error bars from low to high (NaN: none). A series
+    without one finite value is left out (no empty slot, no legend entry for bars not drawn)."""
+    series = {k: v for k, v in series.items() if any(math.isfinite(x) for x in v)}
     n = max(1, len(series))
     width = 0.8 / n
     ranges = ranges or {}

@@ -45,3 +45,34 @@ def test_save_ignores_caller_hashsalt(tmp_path: Path, salt) -> None:
     with matplotlib.rc_context({"svg.hashsalt": salt}):
         b = _draw(tmp_path / "b" / "fig")
     assert a[1].read_bytes() == b[1].read_bytes()
+
+
+def test_a_series_without_data_gets_no_slot_and_no_legend_entry() -> None:
+    """A method a device never measured (all NaN) must not leave an empty legend entry."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax,) = new_figure()
+    nan = float("nan")
+    grouped_bars(ax, ["a", "b"], {"eager": [1.0, 2.0], "compiled": [nan, nan], "fast": [0.5, nan]})
+    assert [t.get_text() for t in ax.legend().get_texts()] == ["eager", "fast"]
+    assert len(ax.patches) == 4  # two series of two groups (a NaN bar is a patch that draws nothing)
+    plt.close(fig)
+
+
+def test_table2_roofline_panel_keeps_cells_without_a_like_timed_ratio(tmp_path: Path, monkeypatch) -> None:
+    """table2's ratio panel needs both kernels timed alike; its roofline panel only the exhaustive
+    kernel's % of copy, so a cell without a ratio still has its roofline bar (the H200 figure had
+    lost 6 of its 14 cells)."""
+    import suites.table2 as t2
+    from repro.results import read_results
+
+    p = Path(__file__).resolve().parents[2] / "results" / "nvidia-h200" / "table2.csv"
+    if not p.exists():
+        pytest.skip("no stored H200 table2 rows")
+    df = read_results(p)
+    drawn: list[list[str]] = []
+    monkeypatch.setattr(t2, "grouped_bars", lambda ax, groups, series, **kw: drawn.append(list(groups)))
+    t2.plot(df, tmp_path / "table2")
+    table = t2.compare(df)
+    assert len(drawn[0]) == table["our_ratio"].notna().sum()
+    assert len(drawn[1]) == table["exhaustive_pct_copy"].notna().sum() > len(drawn[0])
