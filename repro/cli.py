@@ -68,6 +68,22 @@ def _check_writable(folder: Path, what: str) -> None:
         ) from None
 
 
+class Terminated(BaseException):
+    """SIGTERM as an exception (a cancelled Snakemake job, ``timeout``, a stopped torchrun worker):
+    a run stopped so keeps its journal and says how to merge it, as one stopped by Ctrl-C does."""
+
+
+def _raise_on_sigterm() -> None:
+    import signal
+    import threading
+
+    def stop(signum: int, _frame: object) -> None:
+        raise Terminated(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     _configure_backend(args.suite)
     from repro.dist_guard import RankFailure
@@ -110,6 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     ctx = RunContext(args.suite, mod.ARTIFACT, device, profile, ceilings, results)
     if rank == 0:  # rows on disk as they come: a run stopped early keeps what it finished
         results.start_journal()
+    _raise_on_sigterm()
     try:
         _run_all_ranks(mod, ctx)
     except CorrectnessError:
@@ -663,6 +680,12 @@ def main(argv: list[str] | None = None) -> int:
         msg = " ".join(str(exc).split())
         print(f"repro {args.cmd}: error: {msg}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: what the run kept is said above (cmd_run); no traceback
+        print(f"repro {args.cmd}: interrupted", file=sys.stderr, flush=True)
+        return 130
+    except Terminated:
+        print(f"repro {args.cmd}: terminated (SIGTERM)", file=sys.stderr, flush=True)
+        return 143
     except BrokenPipeError:  # the reader went away (``repro compare x | head``): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own advice
         return 1

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -214,4 +215,5 @@ def inject_test_fault(point: str) -> None:
             raise CorrectnessError(f"{FAIL_RANK_ENV}={fail}: injected failed check at {point}")
         raise RuntimeError(f"{FAIL_RANK_ENV}={fail}: injected failure at {point}")
     if hang is not None and int(hang) == rank:
+        print(f"{HANG_RANK_ENV}={hang}: hanging at {point}", file=sys.stderr, flush=True)  # tests wait for it
         time.sleep(24 * 3600)

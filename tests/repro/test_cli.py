@@ -171,3 +171,35 @@ def test_full_profile_on_a_cpu_names_the_smoke_profile_in_both_front_ends() -> N
         pick_profile("full", torch.device("cpu"))
     assert "--config profile=smoke" in str(e.value) and "--profile smoke" in str(e.value)
     assert pick_profile("auto", torch.device("cpu")) == "smoke"
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_stopped_run_keeps_its_rows_and_says_so_without_a_traceback(tmp_path: Path, sig: str) -> None:
+    """Ctrl-C or SIGTERM (a cancelled Snakemake job) after rows were finished: the journal stays, the
+    merge command is printed, no traceback, exit 130 / 143 (SIGTERM used to end the run silently)."""
+    import signal
+    import time
+
+    env = {**os.environ, "TRITON_INTERPRET": "1", "REPRO_TEST_HANG_RANK": "0", "REPRO_TEST_FAULT_AT": "after_run"}
+    cmd = [sys.executable, "-m", "repro", "run", "table2", "--profile", "smoke", "--no-figure"]
+    proc = subprocess.Popen(
+        [*cmd, "--results-dir", str(tmp_path)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline, err = time.monotonic() + 600, []
+    for line in proc.stderr:  # every row is in the journal once the run hangs after its end
+        err.append(line)
+        if "hanging at after_run" in line or time.monotonic() > deadline:
+            break
+    proc.send_signal(getattr(signal, sig))
+    _, rest = proc.communicate(timeout=60)
+    text = "".join(err) + rest
+    assert proc.returncode == (130 if sig == "SIGINT" else 143), text
+    assert "Traceback" not in text
+    assert "finished rows are kept in" in text and "merge_results.py table2" in text
+    assert ("interrupted" if sig == "SIGINT" else "terminated (SIGTERM)") in text.splitlines()[-1]
+    assert list(tmp_path.rglob("*.partial"))
