@@ -214,8 +214,11 @@ def _print_compare(mod, df) -> None:
         scale = getattr(mod, "SCALE", None)
         if scale:  # reduced-scale training and evaluation: the scale stands beside the numbers
             note = mod.P.scale_note(df) if hasattr(mod, "P") else ""
-            text = scale if isinstance(scale, str) else "; ".join(f"{k}: {v}" for k, v in scale.items())
-            print(f"   reduced scale{' (' + note + ')' if note else ''}: {text}")
+            if profile == "smoke":  # SCALE describes the full profile's runs, not these
+                print(f"   smoke scale{' (' + note + ')' if note else ''}: tiny models, a few steps; no claim tested")
+            else:
+                text = scale if isinstance(scale, str) else "; ".join(f"{k}: {v}" for k, v in scale.items())
+                print(f"   reduced scale{' (' + note + ')' if note else ''}: {text}")
         if profile != "full" or device == "cpu":
             print(f"   {profile} profile on {device}: tiny shapes, not a performance claim")
         print(table.to_string(**fmt) if not table.empty else "   (no comparable rows)")
