@@ -116,13 +116,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     fig_root = Path(args.figures_dir) if args.figures_dir else figures_dir(device)
     if not args.no_figure:
         _check_writable(fig_root, "figures")
-    print(f"== {args.suite}: {mod.TITLE} | device={results.prov['device']} profile={profile}", flush=True)
+    if rank == 0:  # under torchrun the other ranks run the same steps quietly
+        print(f"== {args.suite}: {mod.TITLE} | device={results.prov['device']} profile={profile}", flush=True)
     ceilings = measure_ceilings(device)
-    print(
-        f"   measured ceilings: copy {ceilings.copy_gbps:.0f} GB/s, {ceilings.gemm_dtype} GEMM "
-        f"{ceilings.gemm_tflops:.1f} TFLOP/s",
-        flush=True,
-    )
+    if rank == 0:
+        print(
+            f"   measured ceilings: copy {ceilings.copy_gbps:.0f} GB/s, {ceilings.gemm_dtype} GEMM "
+            f"{ceilings.gemm_tflops:.1f} TFLOP/s",
+            flush=True,
+        )
     ctx = RunContext(args.suite, mod.ARTIFACT, device, profile, ceilings, results)
     if rank == 0:  # rows on disk as they come: a run stopped early keeps what it finished
         results.start_journal()

@@ -3,6 +3,7 @@ results set and a progress line printer. Suites stay small: pick shapes, check, 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +37,10 @@ class RunContext:
     _copy_cache: dict[int, float] = field(default_factory=dict)
 
     def log(self, msg: str) -> None:
+        """A progress line, from rank 0 only under torchrun (every rank runs the same steps, and
+        several ranks' lines ran together); a failing rank still names itself (``dist_guard``)."""
+        if os.environ.get("RANK", "0") != "0":
+            return
         print(f"[{self.suite} {time.perf_counter() - self.started:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
     def time(self, fn, graph: bool = True, **kw: float) -> Timing:

@@ -276,3 +276,14 @@ def test_ceiling_rows_carry_each_measurements_own_timer(monkeypatch: pytest.Monk
     ctx.add_ceiling_rows()
     timer = {r.metric: r.timer for r in ctx.results.frame().itertuples()}
     assert timer == {"copy_bandwidth": "eager", "gemm_rate": "graph"}
+
+
+def test_progress_lines_come_from_rank_0_only(monkeypatch, capsys) -> None:
+    """Under torchrun every rank runs the suite: only rank 0 prints progress (they ran together)."""
+    ctx = _ctx()
+    monkeypatch.setenv("RANK", "1")
+    ctx.log("from rank 1")
+    monkeypatch.setenv("RANK", "0")
+    ctx.log("from rank 0")
+    err = capsys.readouterr().err
+    assert "from rank 0" in err and "from rank 1" not in err
