@@ -20,6 +20,12 @@ from repro.roofline import Ceilings, gbps
 from repro.timing import CaptureState, Timing, time_fn_kept
 
 
+def num(v: float) -> str:
+    """A number for a progress line: whole from 10 up, else two significant figures (a smoke run's
+    0.0085x printed as "0.0x", which read as a failure)."""
+    return f"{v:.0f}" if abs(v) >= 10 else f"{v:.2g}"
+
+
 class CorrectnessError(AssertionError):
     """A kernel's output failed its check: the run stops and no number is written."""
 

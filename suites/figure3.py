@@ -58,7 +58,7 @@ from kernels.ops.patterns import NM, TBS, parse_pattern
 from repro.models.llama import CONFIGS, LlamaConfig, block_linear_shapes
 from repro.paper import load_paper
 from repro.plots import PALETTE, grouped_bars, new_figure, save
-from repro.suite import RunContext
+from repro.suite import RunContext, num
 from suites._common import Verdict
 
 NAME = "figure3"
@@ -567,7 +567,7 @@ def plot(df: pd.DataFrame, stem: Path) -> list[Path]:
     for ax, model in zip(axes, models, strict=False):
         sub = table[table["model"] == model]
         labels = [
-            f"{p}\nFAST {c:.0f}% copy" if c == c else p
+            f"{p}\nFAST {num(c)}% copy" if c == c else p
             for p, c in zip(sub["pattern"], sub["fast_pct_of_copy"], strict=True)
         ]
         grouped_bars(

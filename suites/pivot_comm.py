@@ -36,7 +36,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from kernels.ops.pivot import find_pivot, find_pivot_stats
-from repro.suite import RunContext
+from repro.suite import RunContext, num
 from suites._common import Verdict
 
 NAME = "pivot_comm"
@@ -216,7 +216,7 @@ def run(ctx: RunContext) -> None:
     timer = "cuda-event" if cuda else "cpu-perf_counter"
     ctx.log(
         f"{shapes['blocks']} block(s) of hidden {shapes['hidden']}, FFN {shapes['ffn']}: {n_total:,} bf16 values "
-        f"({2 * n_total / 2**30:.2f} GiB) over world sizes {worlds} ({cfg['backend']}), density {DENSITY}"
+        f"({num(2 * n_total / 2**30)} GiB) over world sizes {worlds} ({cfg['backend']}), density {DENSITY}"
     )
     measured = {}
     for world in worlds:

@@ -17,7 +17,7 @@ from repro.kbench.core import CheckFailed
 from repro.kbench.transposable import FULL_SHAPES, SMOKE_SHAPES, TRANSPOSABLE  # noqa: F401 (re-exported)
 from repro.paper import load_paper
 from repro.plots import grouped_bars, new_figure, save
-from repro.suite import RunContext
+from repro.suite import RunContext, num
 from repro.timing import Timing
 from suites._common import Verdict, baseline_bound_verdict, cell, gpu_of, pivot_metric, shape_order
 
@@ -97,10 +97,10 @@ def _run_case(ctx: RunContext, shape: str, dname: str, inp) -> None:  # noqa: AN
         ratio = base.ms / ours.ms  # the same bytes: the ratio of the throughputs
         ctx.results.add(method, shape, dname, "speedup_vs_approx2", ratio, "x", verified=True, timer=ours.timer)
     ctx.log(
-        f"{shape:>10s} {dname}: exhaustive {bw['exhaustive']:.0f} GB/s "
-        f"({100 * bw['exhaustive'] / ctx.ceilings.copy_gbps:.0f}% of copy), "
-        f"{bw['exhaustive'] / bw[BASELINE]:.1f}x approx2 (throughputs), "
-        f"{bw['exhaustive'] / bw['exhaustive_torch']:.1f}x torch-scores"
+        f"{shape:>10s} {dname}: exhaustive {num(bw['exhaustive'])} GB/s "
+        f"({num(100 * bw['exhaustive'] / ctx.ceilings.copy_gbps)}% of copy), "
+        f"{num(bw['exhaustive'] / bw[BASELINE])}x approx2 (throughputs), "
+        f"{num(bw['exhaustive'] / bw['exhaustive_torch'])}x torch-scores"
     )
 
 

@@ -16,7 +16,7 @@ from repro.kbench.core import CheckFailed
 from repro.kbench.geglu import APPROXIMATE, FULL_SHAPES, GEGLU, SMOKE_SHAPES, torch_eager  # noqa: F401 (re-exported)
 from repro.paper import load_paper
 from repro.plots import grouped_bars, new_figure, save
-from repro.suite import RunContext
+from repro.suite import RunContext, num
 from suites._common import Verdict, baseline_bound_verdict, cell, gpu_of, pivot_metric, shape_order
 
 NAME = "table3"
@@ -59,9 +59,9 @@ def run(ctx: RunContext) -> None:
         for m in ("torch_eager", "torch_compiled"):
             ctx.results.add("ours", label, "fp16", f"speedup_vs_{m}", bw["ours"] / bw[m], "x", verified=True)
         ctx.log(
-            f"{label:>12s}: ours {bw['ours']:.0f} GB/s ({100 * bw['ours'] / ctx.ceilings.copy_gbps:.0f}% of copy),"
-            f" {bw['ours'] / bw['intuitive']:.1f}x intuitive, {bw['ours'] / bw['torch_eager']:.2f}x torch eager,"
-            f" {bw['ours'] / bw['torch_compiled']:.2f}x torch compiled"
+            f"{label:>12s}: ours {num(bw['ours'])} GB/s ({num(100 * bw['ours'] / ctx.ceilings.copy_gbps)}% of copy),"
+            f" {num(bw['ours'] / bw['intuitive'])}x intuitive, {num(bw['ours'] / bw['torch_eager'])}x torch eager,"
+            f" {num(bw['ours'] / bw['torch_compiled'])}x torch compiled"
         )
 
 

@@ -287,3 +287,9 @@ def test_progress_lines_come_from_rank_0_only(monkeypatch, capsys) -> None:
     ctx.log("from rank 0")
     err = capsys.readouterr().err
     assert "from rank 0" in err and "from rank 1" not in err
+
+
+def test_progress_numbers_keep_two_significant_figures_below_ten() -> None:
+    from repro.suite import num
+
+    assert [num(v) for v in (0.0085, 0.93, 7.4, 10.4, 2113.0)] == ["0.0085", "0.93", "7.4", "10", "2113"]
