@@ -204,6 +204,7 @@ def _print_compare(mod, df) -> None:
     import pandas as pd
 
     from repro.paper import load_paper
+    from repro.results import PARTIAL_MARK
     from repro.staleness import frame_staleness
 
     table = mod.compare(df)
@@ -213,6 +214,9 @@ def _print_compare(mod, df) -> None:
         print(f"\n-- paper vs ours: {mod.TITLE} (device={device}, profile={profile})")
         for st in frame_staleness(mod.NAME, df):
             print(f"   {st.sentence()}")
+        cut = int(df["command"].astype(str).str.endswith(PARTIAL_MARK).sum()) if "command" in df else 0
+        if cut:
+            print(f"   partial: {cut} of {len(df)} rows come from a run stopped before its end (merged with --partial)")
         scale = getattr(mod, "SCALE", None)
         if scale:  # reduced-scale training and evaluation: the scale stands beside the numbers
             note = mod.P.scale_note(df) if hasattr(mod, "P") else ""

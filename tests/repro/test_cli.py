@@ -203,3 +203,15 @@ def test_a_stopped_run_keeps_its_rows_and_says_so_without_a_traceback(tmp_path: 
     assert "finished rows are kept in" in text and "merge_results.py table2" in text
     assert ("interrupted" if sig == "SIGINT" else "terminated (SIGTERM)") in text.splitlines()[-1]
     assert list(tmp_path.rglob("*.partial"))
+
+
+def test_compare_counts_rows_merged_from_a_stopped_run(capsys) -> None:
+    import pandas as pd
+
+    from repro.cli import _print_compare
+    from repro.results import PARTIAL_MARK, read_results
+
+    df = read_results(REPO / "results" / GPU / "table2.csv")
+    df = df.assign(command=[c + (PARTIAL_MARK if i < 3 else "") for i, c in enumerate(df["command"].astype(str))])
+    _print_compare(suites.table2, pd.DataFrame(df))
+    assert f"partial: 3 of {len(df)} rows come from a run stopped before its end" in capsys.readouterr().out
