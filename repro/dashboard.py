@@ -20,6 +20,8 @@ import io
 import json
 import re
 import shutil
+import sys
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -414,10 +416,17 @@ def build_site(
     mods = {name: get_suite(name) for name in SUITES}
     frames = {name: load_suite_results(name, results_dir) for name in SUITES}  # all checked before out is touched
     _clear_out(out)
-    for name, mod in mods.items():
-        if not frames[name].empty:
-            _suite_page(name, mod, frames[name], figures_dir, out)
+    started = time.perf_counter()
+
+    def said(what: str) -> None:  # a build takes minutes: a line a page
+        print(f"[dashboard {time.perf_counter() - started:6.1f}s] {what}", file=sys.stderr, flush=True)
+
+    pages = [n for n in mods if not frames[n].empty]
+    for i, name in enumerate(pages, 1):
+        _suite_page(name, mods[name], frames[name], figures_dir, out)
+        said(f"{name}.html ({i} of {len(pages)} suite pages)")
     _kernels_page(frames, results_dir, out)
+    said("kernels page; now the index")
 
     pi = paper_index()
     idx = pi[["paper", "artifact", "source", "title"]].to_dict("records")
