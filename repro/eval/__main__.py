@@ -58,7 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--pooling", choices=["last", "mean"], default="last")
     g.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    try:
+        return _run(args)
+    except (FileNotFoundError, ValueError, ImportError) as exc:  # bad input: one line, no traceback
+        msg = " ".join(str(exc).split())
+        print(f"python -m repro.eval {args.cmd}: error: {msg}", file=sys.stderr, flush=True)
+        return 2
 
+
+def _run(args: argparse.Namespace) -> int:
     import torch
 
     from repro.eval.checkpoint import load_model

@@ -534,3 +534,13 @@ def test_wilson_interval_of_accuracies_never_collapses():
     for bad in ([], [0.5, 1.0], [[0.0, 1.0]], [math.nan]):
         with pytest.raises(ValueError):
             wilson_ci(bad)
+
+
+@pytest.mark.parametrize("cmd", ["zero-shot", "glue"])
+def test_cli_missing_checkpoint_is_one_line(tmp_path: Path, capsys, cmd: str) -> None:
+    """A wrong checkpoint path: one line and exit 2, as the repro subcommands do (was a traceback)."""
+    from repro.eval.__main__ import main
+
+    assert main([cmd, str(tmp_path / "nope.pt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"python -m repro.eval {cmd}: error: no checkpoint at {tmp_path / 'nope.pt'}"]
