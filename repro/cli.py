@@ -25,9 +25,10 @@ def _configure_backend(suite: str) -> None:
 def cmd_list(_: argparse.Namespace) -> int:
     from suites import SUITES, get_suite
 
+    width = max(map(len, SUITES))
     for name in SUITES:
         mod = get_suite(name)
-        print(f"{name:10s} {mod.PAPER:8s} {mod.TITLE}")
+        print(f"{name:{width}s} {mod.PAPER:8s} {mod.TITLE}")
     return 0
 
 
