@@ -39,7 +39,7 @@ CHECKS = (
     "the sparse layers match their plain-PyTorch references (kernel tests; table8 checks whole steps on the GPU)",
 )
 OFFLINE_PLUS = "data/offline-en-plus"  # python -m repro data build --corpus offline-en-plus
-OPENWEBTEXT = "data/openwebtext"  # python -m repro data hf openwebtext (needs the hub)
+OPENWEBTEXT = "data/openwebtext"  # python -m repro data hf Skylion007/openwebtext --out data/openwebtext (hub)
 SCALE = (
     "ours: GPT-2 124M for 600 steps of 16 x 1024 tokens (9.8M tokens) and a 6-layer d=384 GPT-2 for 300 steps "
     "(4.9M tokens), on the 14.8M-token offline corpus (offline-en-plus; less than one pass), validation loss on "

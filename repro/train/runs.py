@@ -38,10 +38,33 @@ from repro.train.parts import resolve_data
 __all__ = ["ensure_run", "read_summary", "run_dir_for", "run_id", "summarise"]
 
 
-def run_id(cfg: TrainConfig) -> str:
-    """``<model>-<mode>-s<seed>-<hash of the config>``: readable, and unique per config."""
+def _world() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def run_id(cfg: TrainConfig, world: int | None = None) -> str:
+    """``<model>-<mode>-s<seed>-<hash of the config>``, and ``-w<N>`` for N > 1 processes (default:
+    torchrun's ``WORLD_SIZE``): the global batch is ``batch_size * N``, so N processes train
+    another run than one does, and must not find its folder finished."""
     h = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
-    return f"{cfg.model}-{cfg.mode}-s{cfg.seed}-{h}"
+    world = _world() if world is None else world
+    return f"{cfg.model}-{cfg.mode}-s{cfg.seed}-{h}" + (f"-w{world}" if world > 1 else "")
+
+
+def _check_world(run_dir: Path, world: int) -> None:
+    """Refuse to continue (or report as finished) a run trained with another number of processes:
+    its batches, so its losses, are another run's. Read from the calls ``provenance.json`` records."""
+    try:
+        calls = json.loads((run_dir / "provenance.json").read_text()).get("calls", [])
+        before = sorted({int(c.get("world_size", 1)) for c in calls if isinstance(c, dict)})
+    except (OSError, ValueError, AttributeError, TypeError):
+        return  # no readable record: nothing to compare with
+    if before and before != [world]:
+        raise DataError(
+            f"{run_dir} was trained with {'/'.join(map(str, before))} process(es) and this call has {world}: "
+            f"the global batch (batch_size x processes) differs, so would the run; use another --run-dir "
+            "(the default folder names the process count)"
+        )
 
 
 def run_dir_for(cfg: TrainConfig, device: torch.device | None = None, root: Path | None = None) -> Path:
@@ -88,7 +111,7 @@ def _record_call(run_dir: Path, device: torch.device, max_minutes: float | None)
             "command": prov["command"],
             "git_commit": prov["git_commit"],
             "gpu_name": prov["gpu_name"],
-            "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+            "world_size": _world(),
             "max_minutes": max_minutes,
         }
     )
@@ -125,6 +148,7 @@ def summarise(cfg: TrainConfig, run_dir: Path, gemm_tflops: float, world: int = 
         "run_id": run_dir.name,
         "steps": cfg.steps,
         "tokens": cfg.steps * cfg.batch_size * cfg.grad_accum * cfg.seq_len * world,
+        "world_size": world,
         "final_val_loss": val[-1][1] if val else None,
         "final_train_loss": statistics.fmean(tail) if tail else None,
         "median_tokens_per_s": med,
@@ -176,6 +200,7 @@ def ensure_run(
     cfg_path = run_dir / "config.json"
     if cfg_path.exists():
         check_config(TrainConfig.load(cfg_path).to_dict(), cfg, cfg_path)
+    _check_world(run_dir, _world())
     summary = read_summary(run_dir)
     if summary is not None and summary.get("status") == "finished":
         _check_finished_data(summary, cfg, run_dir)
@@ -193,7 +218,7 @@ def ensure_run(
             from repro.roofline import measure_ceilings
 
             gemm_tflops = measure_ceilings(dev or _default_device()).gemm_tflops
-        summary = summarise(cfg, run_dir, gemm_tflops, int(os.environ.get("WORLD_SIZE", "1")))
+        summary = summarise(cfg, run_dir, gemm_tflops, _world())
         summary["data"] = corpus_identity(cfg)
         atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     return res.status

@@ -31,6 +31,7 @@ from repro.train import (
 )
 from repro.train.flip import FlipTracker, nm24_mask
 from repro.train.parts import build_model
+from repro.train.runs import run_id
 
 
 @pytest.fixture(autouse=True)
@@ -375,6 +376,22 @@ def test_ensure_run_layout_and_finished_run_is_a_no_op(corpus, tmp_path):
     assert {p.name: p.stat().st_mtime_ns for p in run.iterdir()} == stamp  # nothing touched
     with pytest.raises(ValueError, match="cannot resume"):
         ensure_run(dataclasses.replace(cfg, seed=1), run, progress=False)
+    assert summary["world_size"] == 1
+
+
+def test_another_process_count_is_another_run(corpus, tmp_path, monkeypatch):
+    """torchrun with 2 processes draws a global batch of 2 x batch_size: it must neither report a
+    1-process run's folder as finished nor resume one; its default folder is its own."""
+    cfg = tiny(corpus)
+    run = tmp_path / "run"
+    assert ensure_run(cfg, run, gemm_tflops=1.0, progress=False) == "finished"
+    assert not run_id(cfg).endswith("-w1") and run_id(cfg, 2) == run_id(cfg) + "-w2"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert run_id(cfg).endswith("-w2")
+    stamp = {p.name: p.stat().st_mtime_ns for p in run.iterdir()}
+    with pytest.raises(DataError, match="trained with 1 process.*this call has 2"):
+        ensure_run(cfg, run, progress=False)
+    assert {p.name: p.stat().st_mtime_ns for p in run.iterdir()} == stamp  # refused before any write
 
 
 def test_missing_or_corrupt_token_file(corpus, tmp_path):
@@ -534,8 +551,6 @@ def test_llama_mask_flip_rates_are_logged(corpus, tmp_path):
 
 
 def test_whole_numbers_in_float_fields_give_one_run_id():
-    from repro.train.runs import run_id
-
     a = TrainConfig(lr=1, grad_clip=0)
     b = TrainConfig(lr=1.0, grad_clip=0.0)
     c = TrainConfig.from_dict(json.loads('{"lr": 1, "grad_clip": 0}'))
