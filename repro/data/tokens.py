@@ -166,6 +166,14 @@ def write_corpus(
         "rebuild": rebuild,
         **(extra or {}),
     }
+    n_docs = stats["train"]["documents"] + stats["val"]["documents"]
+    if val_fraction > 0 and n_docs > 1 and not stats["val"]["documents"]:  # every run evaluates on val
+        for s in SPLITS:
+            Path(tmp[s]).unlink(missing_ok=True)
+        raise InputError(
+            f"the split by hash put none of {n_docs} documents in val at val_fraction {val_fraction:g}; nothing "
+            f"was written: build again with a larger one (--val-fraction {min(0.5, max(0.05, 10 / n_docs)):.2g})"
+        )
     if accept is not None:
         try:
             accept(manifest)
