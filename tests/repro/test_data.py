@@ -386,7 +386,9 @@ def test_hf_corpus_on_local_json(cache, tmp_path):
     with pytest.raises(InputError, match="put none of 10 documents in val.*--val-fraction"):  # 1% of 10
         hf_corpus(str(disk), text_field="body", out=tmp_path / "out2", max_documents=10, encoding=enc)
     assert not list((tmp_path / "out2").glob("*.bin*"))  # nothing written that training would trust
-    m2 = hf_corpus(str(disk), text_field="body", out=tmp_path / "out2", max_documents=10, encoding=enc, val_fraction=0.5)
+    m2 = hf_corpus(
+        str(disk), text_field="body", out=tmp_path / "out2", max_documents=10, encoding=enc, val_fraction=0.5
+    )
     assert m2["splits"]["train"]["documents"] + m2["splits"]["val"]["documents"] == 10
     with pytest.raises(DataError, match="no field 'text'"):
         hf_corpus(str(disk), out=tmp_path / "out3", encoding=enc)
