@@ -22,9 +22,13 @@ def _load(name: str, config: str | None, split: str, data_files: Any, streaming:
         raise DataError("Hugging Face corpora need datasets: pip install 'sparse-train-repro[hf]'") from None
     if Path(name).is_dir() and any((Path(name) / f).exists() for f in ("state.json", "dataset_dict.json")):
         ds = datasets.load_from_disk(name)  # a save_to_disk folder
+        if isinstance(ds, datasets.DatasetDict) and split not in ds:
+            raise DataError(f"{name} has no split {split!r}; its splits: {', '.join(ds)} (pass --split)")
         return ds[split] if isinstance(ds, datasets.DatasetDict) else ds
     try:
         return datasets.load_dataset(name, config, split=split, data_files=data_files, streaming=streaming)
+    except ValueError as exc:  # datasets' "Bad split: validation. Available splits: ['train']" and kin
+        raise DataError(f"cannot load {name!r} ({config or 'default'}, {split}): {' '.join(str(exc).split())}") from None
     except (ConnectionError, FileNotFoundError) as exc:  # offline, no such dataset, no such files
         offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1"
         raise DataError(

@@ -374,6 +374,8 @@ def test_hf_corpus_on_local_json(cache, tmp_path):
     assert m["splits"]["val"]["documents"] > 0
     assert m["sources"][0]["dataset"] == "json" and m["sources"][0]["stats"]["duplicates_dropped"] == 1
     assert "python -m repro data hf json" in m["rebuild"]
+    with pytest.raises(DataError, match="cannot load 'json' .*Bad split: validation"):  # was a traceback
+        hf_corpus("json", split="validation", out=tmp_path / "v", data_files=str(src), encoding=enc)
     texts = {normalise_text(r["text"]) for r in rows}
     for split in SPLITS:
         for seg in _segments(tmp_path / "out" / f"{split}.bin", m["eot_token"]):
