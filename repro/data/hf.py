@@ -28,7 +28,8 @@ def _load(name: str, config: str | None, split: str, data_files: Any, streaming:
     try:
         return datasets.load_dataset(name, config, split=split, data_files=data_files, streaming=streaming)
     except ValueError as exc:  # datasets' "Bad split: validation. Available splits: ['train']" and kin
-        raise DataError(f"cannot load {name!r} ({config or 'default'}, {split}): {' '.join(str(exc).split())}") from None
+        why = " ".join(str(exc).split())
+        raise DataError(f"cannot load {name!r} ({config or 'default'}, {split}): {why}") from None
     except (ConnectionError, FileNotFoundError) as exc:  # offline, no such dataset, no such files
         offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1"
         raise DataError(
