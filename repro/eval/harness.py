@@ -268,6 +268,12 @@ def evaluate(
         tasks = [tasks]
     if not tasks:
         raise ValueError("no tasks given")
+    unknown = [t for t in tasks if not stock and offline_task_name(t) is None]
+    if unknown:  # lm-eval would look them up on the hub: a KeyError, or a 30 s timeout offline
+        raise ValueError(
+            f"no offline copy of task(s) {', '.join(map(repr, unknown))}; offline tasks: {', '.join(ZERO_SHOT)}; "
+            "lm-eval's own tasks need stock=True (--stock) and internet"
+        )
     names: dict[str, str] = {}
     for t in tasks:
         local = None if stock else offline_task_name(t)

@@ -544,3 +544,13 @@ def test_cli_missing_checkpoint_is_one_line(tmp_path: Path, capsys, cmd: str) ->
     assert main([cmd, str(tmp_path / "nope.pt")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"python -m repro.eval {cmd}: error: no checkpoint at {tmp_path / 'nope.pt'}"]
+
+
+def test_a_task_without_an_offline_copy_is_refused_unless_stock() -> None:
+    """A typo or a hub-only task: one ValueError naming the offline tasks (was lm-eval's KeyError
+    traceback, or a 30 s hub timeout offline)."""
+    pytest.importorskip("lm_eval")
+    from repro.eval.harness import evaluate
+
+    with pytest.raises(ValueError, match=r"no offline copy of task\(s\) 'piqaa'; offline tasks: .*piqa.*--stock"):
+        evaluate(None, ["piqa", "piqaa"])
