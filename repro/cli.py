@@ -425,7 +425,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = cfg.with_overrides(args.set or [])
     except (ValueError, TypeError) as exc:
         raise InputError(f"bad training config: {exc}") from None
-    run_dir = Path(args.run_dir) if args.run_dir else run_dir_for(cfg)
+    device = _parse_device(args.device) if args.device is not None else None  # before anything is written
+    run_dir = Path(args.run_dir) if args.run_dir else run_dir_for(cfg, device)
     try:
         status = ensure_run(cfg, run_dir, max_minutes=args.max_minutes, stop_at=args.stop_at, device=args.device)
     except ValueError as exc:

@@ -215,3 +215,13 @@ def test_compare_counts_rows_merged_from_a_stopped_run(capsys) -> None:
     df = df.assign(command=[c + (PARTIAL_MARK if i < 3 else "") for i, c in enumerate(df["command"].astype(str))])
     _print_compare(suites.table2, pd.DataFrame(df))
     assert f"partial: 3 of {len(df)} rows come from a run stopped before its end" in capsys.readouterr().out
+
+
+def test_train_on_a_missing_gpu_is_refused_before_the_run_folder_is_made(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here")
+    with pytest.raises(SystemExit, match="torch sees no CUDA GPU"):  # was an AssertionError traceback
+        cli_main(["train", "--set", "model=gpt2-tiny", "--device", "cuda", "--run-dir", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()
