@@ -43,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     _common(z)
     z.add_argument("--tasks", default="piqa,arc_easy,arc_challenge,lambada_openai,hellaswag")
     z.add_argument("--batch-size", type=int, default=32)
-    z.add_argument("--limit", type=float, default=None, help="first N documents per task (a smoke run)")
+    z.add_argument(
+        "--limit", type=float, default=None, help="first N documents per task, or below 1 a fraction (a smoke run)"
+    )
     z.add_argument("--stock", action="store_true", help="use lm-eval's stock tasks (needs internet)")
     z.add_argument("--bootstrap-iters", type=int, default=10_000)
     z.add_argument("--seed", type=int, default=0)

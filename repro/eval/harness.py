@@ -268,6 +268,13 @@ def evaluate(
         tasks = [tasks]
     if not tasks:
         raise ValueError("no tasks given")
+    ok_limit = limit is None or (
+        not isinstance(limit, bool)
+        and ((isinstance(limit, int) and limit >= 1) or (isinstance(limit, float) and 0.0 < limit < 1.0))
+    )
+    if not ok_limit:  # lm-eval scanned every document for 0 and failed, and gave islice's error for -3
+        want = "None, an int >= 1 (documents) or a float in (0, 1) (a fraction)"
+        raise ValueError(f"limit must be {want}, got {limit!r}")
     unknown = [t for t in tasks if not stock and offline_task_name(t) is None]
     if unknown:  # lm-eval would look them up on the hub: a KeyError, or a 30 s timeout offline
         raise ValueError(

@@ -554,3 +554,12 @@ def test_a_task_without_an_offline_copy_is_refused_unless_stock() -> None:
 
     with pytest.raises(ValueError, match=r"no offline copy of task\(s\) 'piqaa'; offline tasks: .*piqa.*--stock"):
         evaluate(None, ["piqa", "piqaa"])
+
+
+@pytest.mark.parametrize("limit", [0, -3, 1.5, True, float("nan")])
+def test_a_bad_limit_is_refused_before_any_scoring(limit) -> None:
+    pytest.importorskip("lm_eval")
+    from repro.eval.harness import evaluate
+
+    with pytest.raises(ValueError, match="limit must be None, an int >= 1"):
+        evaluate(None, ["piqa"], limit=limit)
