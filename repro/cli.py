@@ -512,14 +512,17 @@ def cmd_bench_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_check(args: argparse.Namespace) -> int:
+    import shutil
     import tempfile
 
-    from repro.bench_gate import run_suite
+    from repro.bench_gate import gpu_slug, run_suite
 
-    with tempfile.TemporaryDirectory() as tmp:
-        json_out = Path(args.save_run) if args.save_run else Path(tmp) / "run.json"
-        run = run_suite(json_out, json_out.with_suffix(".log"), args.select)
-        return _report(args.gate, run, None, args.json_out, args.select is not None or args.allow_missing)
+    gpu_slug()  # on a CPU: one line, as save and gate-check say (the run failed 6 benchmarks, then said so)
+    tmp = Path(tempfile.mkdtemp(prefix="repro-bench-check-"))
+    json_out = Path(args.save_run) if args.save_run else tmp / "run.json"
+    run = run_suite(json_out, json_out.with_suffix(".log"), args.select)  # a failed run keeps tmp: its log
+    shutil.rmtree(tmp, ignore_errors=True)
+    return _report(args.gate, run, None, args.json_out, args.select is not None or args.allow_missing)
 
 
 def cmd_bench_gate_check(args: argparse.Namespace) -> int:

@@ -607,3 +607,14 @@ def test_compare_refuses_a_gpu_slug_that_leaves_the_results_tree(tmp_path, capsy
     (tmp_path / "run.json").write_text(json.dumps(run))
     assert repro_main(["bench", "compare", str(tmp_path / "run.json")]) == 2
     assert "is not a device name" in capsys.readouterr().err
+
+
+def test_check_on_a_cpu_is_refused_like_save(capsys, monkeypatch):
+    """``bench check`` without a GPU: the one line save and gate-check give (it ran the benchmarks
+    under TRITON_INTERPRET=0, failed six, and named a log it had deleted)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("repro.bench_gate.run_suite", lambda *a, **k: pytest.fail("ran the benchmarks on a CPU"))
+    assert repro_main(["bench", "check"]) == 2
+    assert "no CUDA GPU here" in capsys.readouterr().err
