@@ -323,8 +323,9 @@ def _expected_check(expected_path: str | None):
     return check
 
 
-def _report_differs(exc: _CorpusDiffers, expected_path: str, out: object) -> int:
-    what = f"the corpus at {out} differs from {expected_path} (a build leaves the corpus there as it was):"
+def _report_differs(exc: _CorpusDiffers, expected_path: str, out: object, built: bool = True) -> int:
+    kept = " (this build installed nothing: the corpus there is as it was)" if built else ""
+    what = f"the corpus {'built for' if built else 'at'} {out} differs from {expected_path}{kept}:"
     print(what, file=sys.stderr)
     for d in exc.args[0]:
         print(f"   {d}", file=sys.stderr)
@@ -409,7 +410,7 @@ def cmd_data_info(args: argparse.Namespace) -> int:
         try:
             check(m)
         except _CorpusDiffers as exc:
-            return _report_differs(exc, args.expected, args.path)
+            return _report_differs(exc, args.expected, args.path, built=False)
         print(f"   matches {args.expected}")
     return 0
 
@@ -433,7 +434,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if isinstance(exc, InputError) or "cannot resume" not in str(exc):
             raise
         raise InputError(str(exc)) from None
-    print(f"{run_dir}: {status}", flush=True)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun: once, not once a rank
+        print(f"{run_dir}: {status}", flush=True)
     return 0
 
 

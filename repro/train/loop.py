@@ -187,7 +187,8 @@ def _train(
     val_loss, step, t_last, t_prev = None, start, t_begin, time.perf_counter()
     if progress and d.main:
         what = f"resuming at step {start}" if start else "starting"
-        print(f"[train] {run_dir.name}: {what}, steps {start + 1}..{end} of {cfg.steps} on {device}", file=sys.stderr)
+        steps = f"steps {start + 1}..{end}" if end > start else f"no step (stop_at {stop_at} is not past step {start})"
+        print(f"[train] {run_dir.name}: {what}, {steps} of {cfg.steps} on {device}", file=sys.stderr)
 
     def save(at: int) -> None:
         log.flush(sync=True)
