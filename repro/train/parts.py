@@ -189,6 +189,20 @@ def resolve_data(path: str) -> Path:
     return p if p.is_absolute() or p.exists() else REPO / p
 
 
+def check_windows(cfg: TrainConfig) -> None:
+    """Both splits of ``cfg.data`` hold one window of ``seq_len + 1`` tokens (else the run would fail
+    at its first evaluation, steps later). Cheap (the manifest's counts): ``ensure_run`` calls it
+    before it makes the run folder, so a corpus too small leaves no half-made run behind."""
+    folder = resolve_data(cfg.data)
+    for split in ("train", "val"):
+        tf = TokenFile(folder, split)
+        if len(tf) < cfg.seq_len + 1:
+            raise DataError(
+                f"{tf.path} holds {len(tf)} tokens, too few for one window of seq_len {cfg.seq_len} + 1 "
+                f"(every run evaluates on the val split); rebuild it with: {tf.rebuild}"
+            )
+
+
 class TrainData:
     """Train and validation token files; the batch of step s depends only on (seed, s), and each rank
     takes its slice of that one draw, so resume and the number of processes do not change the data."""
@@ -202,11 +216,7 @@ class TrainData:
         for tf in (self.train, self.val):
             if tf.path.stat().st_size <= _VERIFY_BYTES:
                 tf.verify()
-            if len(tf) < cfg.seq_len + 1:  # else the run would fail at its first evaluation, steps later
-                raise DataError(
-                    f"{tf.path} holds {len(tf)} tokens, too few for one window of seq_len {cfg.seq_len} + 1 "
-                    f"(every run evaluates on the val split); rebuild it with: {tf.rebuild}"
-                )
+        check_windows(cfg)
         self.identity = {"train": self.train.identity(), "val": self.val.identity()}
         self.cfg, self.d, self.device = cfg, d, device
         self.per_rank = cfg.batch_size * cfg.grad_accum

@@ -33,7 +33,7 @@ from repro.results import InputError, results_root
 from repro.train.checkpoint import atomic_write_text, check_config
 from repro.train.config import TrainConfig
 from repro.train.loop import check_stops, train
-from repro.train.parts import resolve_data
+from repro.train.parts import check_windows, resolve_data
 
 __all__ = ["ensure_run", "read_summary", "run_dir_for", "run_id", "summarise"]
 
@@ -206,7 +206,8 @@ def ensure_run(
         _check_finished_data(summary, cfg, run_dir)
         return "finished"
     dev = torch.device(device) if device is not None else None
-    corpus_identity(cfg)  # a missing corpus fails before the run directory is made
+    corpus_identity(cfg)  # a missing corpus, or one too small for a window, fails before the run
+    check_windows(cfg)  # directory is made (a half-made folder would refuse the fixed config)
     if _main_process():
         run_dir.mkdir(parents=True, exist_ok=True)
         if not cfg_path.exists():

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from repro.data import DataError
+from repro.data import DataError, TokenFile
 from repro.data.tokens import Document, write_corpus
 from repro.train import (
     TrainConfig,
@@ -685,6 +685,13 @@ def test_a_val_split_too_short_for_one_window_fails_before_the_first_step(tmp_pa
     with pytest.raises(DataError, match="val.bin holds 0 tokens, too few for one window"):
         train(tiny(data), tmp_path / "run", progress=False)
     assert not (tmp_path / "run" / "log.csv").exists()
+    with pytest.raises(DataError, match="val.bin holds 0 tokens"):  # ensure_run: no half-made folder,
+        ensure_run(tiny(data), tmp_path / "run2", progress=False)  # whose config.json would refuse a fix
+    assert not (tmp_path / "run2").exists()
+    cfg = dataclasses.replace(tiny(data), seq_len=len(TokenFile(data, "train")))  # a train split too short
+    with pytest.raises(DataError, match="train.bin holds .* too few for one window"):
+        ensure_run(cfg, tmp_path / "run3", progress=False)
+    assert not (tmp_path / "run3").exists()
 
 
 @pytest.mark.parametrize("bad", [["--stop-at", "-1"], ["--max-minutes", "-5"], ["--max-minutes", "nan"]])
