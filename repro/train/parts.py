@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -189,16 +190,14 @@ def resolve_data(path: str) -> Path:
     return p if p.is_absolute() or p.exists() else REPO / p
 
 
-def check_windows(cfg: TrainConfig) -> None:
-    """Both splits of ``cfg.data`` hold one window of ``seq_len + 1`` tokens (else the run would fail
-    at its first evaluation, steps later). Cheap (the manifest's counts): ``ensure_run`` calls it
-    before it makes the run folder, so a corpus too small leaves no half-made run behind."""
-    folder = resolve_data(cfg.data)
-    for split in ("train", "val"):
-        tf = TokenFile(folder, split)
-        if len(tf) < cfg.seq_len + 1:
+def check_windows(files: Iterable[TokenFile], seq_len: int) -> None:
+    """Every split holds one window of ``seq_len + 1`` tokens (else the run would fail at its first
+    evaluation, steps later). Cheap (the manifest's counts): ``ensure_run`` calls it before it makes
+    the run folder, so a corpus too small leaves no half-made run behind."""
+    for tf in files:
+        if len(tf) < seq_len + 1:
             raise DataError(
-                f"{tf.path} holds {len(tf)} tokens, too few for one window of seq_len {cfg.seq_len} + 1 "
+                f"{tf.path} holds {len(tf)} tokens, too few for one window of seq_len {seq_len} + 1 "
                 f"(every run evaluates on the val split); rebuild it with: {tf.rebuild}"
             )
 
@@ -216,7 +215,7 @@ class TrainData:
         for tf in (self.train, self.val):
             if tf.path.stat().st_size <= _VERIFY_BYTES:
                 tf.verify()
-        check_windows(cfg)
+        check_windows((self.train, self.val), cfg.seq_len)
         self.identity = {"train": self.train.identity(), "val": self.val.identity()}
         self.cfg, self.d, self.device = cfg, d, device
         self.per_rank = cfg.batch_size * cfg.grad_accum

@@ -159,9 +159,15 @@ def summarise(cfg: TrainConfig, run_dir: Path, gemm_tflops: float, world: int = 
     }
 
 
+def corpus_files(cfg: TrainConfig) -> list[TokenFile]:
+    """``cfg``'s train and val splits (DataError where the corpus is missing or broken)."""
+    folder = resolve_data(cfg.data)
+    return [TokenFile(folder, s) for s in ("train", "val")]
+
+
 def corpus_identity(cfg: TrainConfig) -> dict[str, Any]:
     """The sha256 and token count of ``cfg``'s train and val splits (from the manifest)."""
-    return {s: TokenFile(resolve_data(cfg.data), s).identity() for s in ("train", "val")}
+    return {tf.split: tf.identity() for tf in corpus_files(cfg)}
 
 
 def _check_finished_data(summary: dict[str, Any], cfg: TrainConfig, run_dir: Path) -> None:
@@ -206,8 +212,9 @@ def ensure_run(
         _check_finished_data(summary, cfg, run_dir)
         return "finished"
     dev = torch.device(device) if device is not None else None
-    corpus_identity(cfg)  # a missing corpus, or one too small for a window, fails before the run
-    check_windows(cfg)  # directory is made (a half-made folder would refuse the fixed config)
+    # a missing corpus, or one too small for a window, fails before the run directory is made (a
+    # half-made folder would refuse the fixed config)
+    check_windows(corpus_files(cfg), cfg.seq_len)
     if _main_process():
         run_dir.mkdir(parents=True, exist_ok=True)
         if not cfg_path.exists():
