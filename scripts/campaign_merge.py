@@ -1,7 +1,8 @@
 """Bring a GPU campaign's results home (``scripts/gpu_campaign.sh`` returns ``campaign.tar.gz``):
 merge every suite's rows from all the job folders that hold them (``scripts/merge_results.py``:
 table8 keeps the stored rows of the models a job did not run; a job stopped early contributes the
-rows it finished, from its journal, marked "partial run"), copy the finished training runs into
+rows it finished, from its journal, marked "partial run", but for a shape it did not finish, which
+keeps its stored rows whole; the journal is kept beside the logs), copy the finished training runs into
 ``results/<device>/runs``, the queue's status and the jobs' logs into
 ``results/<device>/campaign-<sha>/``, a gate job's folders into
 ``results/benchmarks/<device>/gate-<sha>/``, and redraw the merged suites' figures. It prints what
@@ -160,10 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         persist = unpack(args.tarball, Path(tmp))
         results = persist / "r"
         merged: dict[str, Path] = {}
+        journals: list[Path] = []  # a cut job's journal, kept beside the logs (merge may withhold rows of it)
         if results.exists():
             for suite, parts in suite_parts(results).items():
                 path = merge(suite, parts, args.into, keep_other_shapes=suite in KEEP_OTHER_SHAPES, partial=True)
                 merged[suite] = path
+                journals += [j for job in parts for j in sorted(job.glob(f"*/{suite}.*{JOURNAL_SUFFIX}"))]
                 print(f"merged {suite} from {', '.join(p.name for p in parts)} -> {path}")
             for run in copy_runs(results, args.into):
                 print(f"copied run {run}")
@@ -176,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             print("no device folder known (no suite rows, no gpu.txt): logs not copied", file=sys.stderr)
         for slug in slugs[:1]:
             copy_logs(persist, args.into / slug / f"campaign-{args.sha}")
+            for j in journals:  # <job>-<suite>.<profile>.partial
+                shutil.copy2(j, args.into / slug / f"campaign-{args.sha}" / f"{j.parents[1].name}-{j.name}")
             print(f"logs -> {args.into / slug / f'campaign-{args.sha}'}")
         for job, state in job_states(persist):
             print(f"job {job}: {state}")

@@ -17,7 +17,10 @@ start_journal``; a part may also name the journal file itself, as where it lies 
 results), each marked as such in its ``command``; use it with ``--keep-other-shapes``
 so that the stored rows of what the run did not reach stay. Whenever a part is such a journal,
 the stored rows whose key no part re-measured stay too (each with its own commit): a run cut
-before its last row must not delete the older rows of what it never reached.
+before its last row must not delete the older rows of what it never reached. And a unit of rows
+measured together (:data:`UNIT`: a shape, by default) that the cut run did not finish keeps its
+stored rows whole: the journal's rows of it are not merged, so no stored ratio sits beside a time
+of another run.
 """
 
 from __future__ import annotations
@@ -40,6 +43,12 @@ from repro.results import (  # noqa: E402
 )
 
 KEY = ["method", "variant", "shape", "dtype", "metric"]
+UNIT = {"hu_table5_glue": ["method", "variant", "shape"], "hu_table7_glue": ["method", "variant", "shape"]}
+"""The rows one run measures together (a model's step times and the speedups between them, a
+pattern's masks and their ratios to each baseline: ``shape``, by default; a GLUE sweep's tasks and
+their mean: one method and variant). A run cut early replaces a stored unit only where it re-measured
+every stored row of it: the rows of one unit come from one run, so no stored ratio sits beside a
+time of another run (campaign dbcdbf1's table8 journal held 55 of GPT-2 124M's 200 rows)."""
 
 
 def _part(root: Path, suite: str, partial: bool) -> pd.DataFrame:
@@ -72,6 +81,43 @@ def _journal_part(journal: Path) -> pd.DataFrame:
     return df.assign(_slug=journal.parent.name, _journal=True)
 
 
+def _withhold_unfinished_units(suite: str, new: pd.DataFrame, stored: pd.DataFrame) -> pd.DataFrame:
+    """``new`` without the journal rows of each unit (:data:`UNIT`) whose stored rows the cut run did
+    not all re-measure: that unit keeps its stored rows whole (the journal holds the cut run's; a
+    campaign's is kept in its folder). A unit not stored yet takes the journal's rows, marked partial."""
+    unit = UNIT.get(suite, ["shape"])
+    stored = stored[stored["method"] != "ceiling"]
+    ceiling = (new["method"] == "ceiling").to_numpy()
+    journal = new["_journal"].to_numpy() & ~ceiling
+    if not journal.any() or stored.empty:
+        return new
+
+    def key(df: pd.DataFrame, cols: list[str]) -> pd.Series:
+        return df[cols].astype(str).agg("\x1f".join, axis=1)
+
+    stored_unit, stored_key = key(stored, unit), key(stored, KEY)
+    new_unit, new_key = key(new, unit), key(new, KEY)
+    withhold = pd.Series(False, index=new.index)
+    for u in sorted(set(new_unit[journal])):
+        have = set(stored_key[stored_unit == u])
+        if not have:
+            continue
+        got = set(new_key[journal & (new_unit == u).to_numpy()])
+        if not have <= got:
+            rows = journal & (new_unit == u).to_numpy()
+            withhold |= rows
+            what = ", ".join(f"{c}={v}" for c, v in zip(unit, u.split("\x1f"), strict=True))
+            print(
+                f"{suite}: kept the stored rows of {what}: the cut run re-measured {len(got & have)} of its "
+                f"{len(have)} rows, so its {int(rows.sum())} rows of it are not merged (one unit's rows come "
+                "from one run; the journal holds them)"
+            )
+    withhold = withhold.to_numpy().copy()
+    if not (journal & ~withhold).any():  # nothing of the cut run merged: its ceilings neither
+        withhold |= new["_journal"].to_numpy() & ceiling
+    return new[~withhold]
+
+
 def merge(suite: str, parts: list[Path], into: Path, keep_other_shapes: bool = False, partial: bool = False) -> Path:
     frames = [_part(root, suite, partial) for root in parts]
     new = pd.concat(frames, ignore_index=True)
@@ -95,12 +141,14 @@ def merge(suite: str, parts: list[Path], into: Path, keep_other_shapes: bool = F
         raise SystemExit(f"{len(dup)} rows share a key across parts, e.g.\n{dup[KEY].head().to_string()}")
     profile = new["profile"].iloc[0]
     from_journal = bool(new["_journal"].any())
-    new = new.drop(columns=["_slug", "_journal"])
     path = into / slug / f"{suite}.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
     with locked(path):
-        if path.exists():
-            old = read_results(path)
+        old = read_results(path) if path.exists() else None
+        if old is not None and from_journal:
+            new = _withhold_unfinished_units(suite, new, old[old["profile"] == profile])
+        new = new.drop(columns=["_slug", "_journal"])
+        if old is not None:
             drop = old["profile"] == profile
             if keep_other_shapes:  # a part re-ran some shapes: the others keep their older rows
                 drop &= old["shape"].isin(set(new["shape"])) | (old["method"] == "ceiling")

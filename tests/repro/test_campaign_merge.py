@@ -75,7 +75,13 @@ def test_campaign_merge_puts_everything_in_place(tmp_path: Path, capsys) -> None
     assert not (into / "cpu" / "runs" / "r1" / "model.pt").exists()
     assert json.loads((into / "cpu" / "runs" / "r1" / "summary.json").read_text())["finished_at"] == "t1"
     camp = into / "cpu" / "campaign-abc1234"
-    assert sorted(p.name for p in camp.iterdir()) == ["e2e-w1.log", "e2e-w2.log", "gate.log", "status.json"]
+    assert sorted(p.name for p in camp.iterdir()) == [
+        "e2e-w1.log",
+        "e2e-w2-fast_figure3_e2e.smoke.partial",  # the cut job's journal, kept as it came
+        "e2e-w2.log",
+        "gate.log",
+        "status.json",
+    ]
     gate = into / "benchmarks" / "cpu" / "gate-abc1234"
     assert (gate / "gate-check" / "summary.json").exists() and (gate / "aa_vs_committed.log").exists()
     assert (gate / "gate_job.log").read_text() == "log of gate\n"
@@ -133,30 +139,88 @@ def test_campaign_merge_refuses_a_member_outside_the_folder(tmp_path: Path) -> N
         campaign_merge([str(bad), "abc1234", "--into", str(tmp_path / "results"), "--no-plot"])
 
 
-def test_a_cut_run_keeps_the_stored_rows_it_never_reached(tmp_path: Path) -> None:
-    """A suite whose only job was cut (journal): its finished rows replace the stored ones of the
-    same key, every other stored row stays with its older commit (the GLUE sweep of campaign
-    be79020 was cut after three of its five rows and had replaced the whole file)."""
+def test_a_cut_run_keeps_the_stored_rows_it_never_reached(tmp_path: Path, capsys) -> None:
+    """A suite whose only job was cut (journal): a unit (here a shape) it re-measured whole replaces
+    the stored one, a unit it did not finish keeps its stored rows whole, a unit not stored yet takes
+    the journal's rows, marked partial. The GLUE sweep of campaign be79020 was cut after three of its
+    five rows and had replaced the whole file; campaign dbcdbf1's table8 was cut 55 rows into GPT-2
+    124M's 200, and a row-by-row merge would have set its new step times beside the stored speedups."""
     into = tmp_path / "results"
-    stored = ResultSet("glue", "A", "smoke", torch.device("cpu"))
-    for m in ("a", "b", "c"):
-        stored.add("ours", "s", "fp32", m, 0.0, "ms", verified=True)
+    stored = ResultSet("table8", "A", "smoke", torch.device("cpu"))
+    for shape, metrics in (("s1", "ab"), ("s2", "abc")):
+        for m in metrics:
+            stored.add("ours", shape, "fp32", m, 0.0, "ms", verified=True)
     stored.write(into)
     p = tmp_path / "src" / ".persist"
-    _rows(p / "r" / "glue", "glue", "s", journal=True)  # re-measured a and b, cut before c
+    cut = ResultSet("table8", "A", "smoke", torch.device("cpu"))
+    cut.start_journal(p / "r" / "t8")
+    for shape in ("s1", "s2", "s3"):  # s1 whole, s2 cut before c, s3 new
+        for m in "ab":
+            cut.add("ours", shape, "fp32", m, 1.0, "ms", verified=True)
     (p / "queue").mkdir(parents=True)
-    (p / "queue" / "status.json").write_text(json.dumps([{"name": "glue", "state": "running"}]))
+    (p / "queue" / "status.json").write_text(json.dumps([{"name": "t8", "state": "running"}]))
     tarball = tmp_path / "c.tar.gz"
     with tarfile.open(tarball, "w:gz") as tar:
         tar.add(p, arcname=".persist")
     sha = "be790206cb67b18d8cdef6f9c69c52eecb6b4eac"
     assert campaign_merge([str(tarball), sha, "--into", str(into), "--no-plot"]) == 0
-    df = read_results(into / "cpu" / "glue.csv").set_index("metric")
-    assert sorted(df.index) == ["a", "b", "c"]
-    assert df.loc[["a", "b"], "value"].tolist() == [1.0, 1.0] and df.loc["c", "value"] == 0.0
-    assert df.loc[["a", "b"], "command"].str.endswith(PARTIAL_MARK).all()
-    assert not str(df.loc["c", "command"]).endswith(PARTIAL_MARK)
-    assert (into / "cpu" / "campaign-be79020").is_dir()
+    df = read_results(into / "cpu" / "table8.csv")
+    got = {(r.shape, r.metric): (r.value, str(r.command).endswith(PARTIAL_MARK)) for r in df.itertuples()}
+    assert got == {
+        ("s1", "a"): (1.0, True),
+        ("s1", "b"): (1.0, True),
+        ("s2", "a"): (0.0, False),
+        ("s2", "b"): (0.0, False),
+        ("s2", "c"): (0.0, False),
+        ("s3", "a"): (1.0, True),
+        ("s3", "b"): (1.0, True),
+    }
+    out = capsys.readouterr().out
+    assert "kept the stored rows of shape=s2: the cut run re-measured 2 of its 3 rows" in out, out
+    assert "shape=s1" not in out and "shape=s3" not in out
+    assert (into / "cpu" / "campaign-be79020" / "t8-table8.smoke.partial").exists()
+
+
+def test_a_cut_glue_sweep_is_judged_by_method_and_variant(tmp_path: Path, capsys) -> None:
+    """GLUE suites hold every run in one shape: their unit is a method and variant (one sweep's tasks
+    and their mean), so a cut sweep replaces the variants it finished and no other."""
+    from scripts.merge_results import merge
+
+    into = tmp_path / "results"
+    stored = ResultSet("hu_table7_glue", "A", "smoke", torch.device("cpu"))
+    for variant in ("v1", "v2"):
+        for m in ("sst2", "mrpc", "mean"):
+            stored.add("ours", "s", "fp32", m, 0.0, "", verified=True, variant=variant)
+    stored.write(into)
+    cut = ResultSet("hu_table7_glue", "A", "smoke", torch.device("cpu"))
+    cut.start_journal(tmp_path / "job")
+    for variant, metrics in (("v1", ("sst2", "mrpc", "mean")), ("v2", ("sst2",))):
+        for m in metrics:
+            cut.add("ours", "s", "fp32", m, 1.0, "", verified=True, variant=variant)
+    merge("hu_table7_glue", [tmp_path / "job"], into, partial=True)
+    df = read_results(into / "cpu" / "hu_table7_glue.csv")
+    assert df.groupby("variant")["value"].agg(set).to_dict() == {"v1": {1.0}, "v2": {0.0}}
+    assert "kept the stored rows of method=ours, variant=v2, shape=s" in capsys.readouterr().out
+
+
+def test_a_cut_run_that_finished_no_unit_changes_nothing(tmp_path: Path) -> None:
+    """Campaign dbcdbf1's table8: cut inside its first model. The stored file stays as it was, the
+    device ceilings too (the stored rows' shares of copy were computed against them)."""
+    from scripts.merge_results import merge
+
+    into = tmp_path / "results"
+    stored = ResultSet("table8", "A", "smoke", torch.device("cpu"))
+    stored.add("ceiling", "copy", "bf16", "copy_bandwidth", 3000.0, "GB/s", verified=False)
+    for m in "abc":
+        stored.add("ours", "s", "fp32", m, 0.0, "ms", verified=True)
+    stored.write(into)
+    before = (into / "cpu" / "table8.csv").read_text()
+    cut = ResultSet("table8", "A", "smoke", torch.device("cpu"))
+    cut.start_journal(tmp_path / "job")
+    cut.add("ceiling", "copy", "bf16", "copy_bandwidth", 2900.0, "GB/s", verified=False)
+    cut.add("ours", "s", "fp32", "a", 1.0, "ms", verified=True)
+    merge("table8", [tmp_path / "job"], into, keep_other_shapes=True, partial=True)
+    assert (into / "cpu" / "table8.csv").read_text() == before
 
 
 def test_an_e2e_part_keeps_the_other_models_rows(tmp_path: Path) -> None:
