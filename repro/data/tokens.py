@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -210,14 +212,25 @@ def read_manifest(path: Path | str) -> dict[str, Any]:
     folder = corpus_dir(path)
     mpath = folder / "manifest.json"
     if not mpath.exists():
-        raise DataError(f"no token corpus at {folder} (manifest.json is missing); build it with: {DEFAULT_REBUILD}")
+        build = rebuild_here(DEFAULT_REBUILD, folder)
+        raise DataError(f"no token corpus at {folder} (manifest.json is missing); build it with: {build}")
     try:
         manifest = json.loads(mpath.read_text())
     except (OSError, ValueError) as exc:
-        raise DataError(f"{mpath} is unreadable ({exc}); rebuild it with: {DEFAULT_REBUILD}") from None
+        raise DataError(
+            f"{mpath} is unreadable ({exc}); rebuild it with: {rebuild_here(DEFAULT_REBUILD, folder)}"
+        ) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise DataError(f"{mpath} is not a {FORMAT} manifest; rebuild it with: {DEFAULT_REBUILD}")
+        raise DataError(f"{mpath} is not a {FORMAT} manifest; rebuild it with: {rebuild_here(DEFAULT_REBUILD, folder)}")
     return manifest
+
+
+def rebuild_here(recorded: str, folder: Path) -> str:
+    """The manifest's rebuild command, writing to ``folder`` where the corpus lies now: a corpus moved
+    or copied since its build (a shared cache, another user's checkout) keeps the ``--out`` it was
+    built with, and following that would rebuild the old folder and leave this one broken."""
+    here = shlex.quote(str(folder))
+    return re.sub(r"--out ('[^']*'|\S+)", lambda _: f"--out {here}", recorded, count=1)
 
 
 class TokenFile:
@@ -239,7 +252,7 @@ class TokenFile:
             raise InputError(f"split must be one of {SPLITS}, got {split!r}")
         self.dir, self.split = path, split
         self.manifest = read_manifest(path)
-        self.rebuild = self.manifest.get("rebuild", DEFAULT_REBUILD)
+        self.rebuild = rebuild_here(self.manifest.get("rebuild", DEFAULT_REBUILD), path)
         splits = self.manifest.get("splits")
         if not isinstance(splits, dict) or not isinstance(splits.get(split), dict):
             raise DataError(f"{path}/manifest.json describes no {split!r} split; rebuild it with: {self.rebuild}")

@@ -741,6 +741,22 @@ def test_hf_null_text_is_an_empty_document_and_other_types_are_refused(cache, tm
         hf.hf_corpus("stub", out=tmp_path / "b", val_fraction=0.0, encoding=enc)
 
 
+def test_a_moved_corpus_names_its_own_folder_in_the_rebuild(corpus, tmp_path):
+    """The manifest records the build's --out; a corpus copied elsewhere printed that old folder, and
+    following the hint rebuilt the wrong corpus."""
+    from repro.data.tokens import rebuild_here
+
+    moved = _copy(corpus, tmp_path / "moved here")
+    (moved / "val.bin").unlink()
+    with pytest.raises(DataError, match="rebuild it with") as err:
+        TokenFile(moved, "val")
+    assert f"--out '{moved}'" in str(err.value) and f"--out {corpus} " not in str(err.value)
+    with pytest.raises(DataError, match=f"build it with: python -m repro data build --out {tmp_path / 'none'} "):
+        TokenFile(tmp_path / "none")
+    hf = "python -m repro data hf stub --split train --out '/old place' --val-fraction 0.3"
+    assert rebuild_here(hf, Path("/new")) == "python -m repro data hf stub --split train --out /new --val-fraction 0.3"
+
+
 def test_rebuild_commands_rebuild_the_same_corpus(cache, tmp_path, monkeypatch):
     """The stored command dropped --sources and --val-fraction (offline) and --val-fraction and
     --no-streaming (hf): following it built another corpus."""
