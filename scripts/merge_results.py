@@ -29,6 +29,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -97,14 +98,12 @@ def _withhold_unfinished_units(suite: str, new: pd.DataFrame, stored: pd.DataFra
 
     stored_unit, stored_key = key(stored, unit), key(stored, KEY)
     new_unit, new_key = key(new, unit), key(new, KEY)
-    withhold = pd.Series(False, index=new.index)
+    withhold = np.zeros(len(new), dtype=bool)
     for u in sorted(set(new_unit[journal])):
         have = set(stored_key[stored_unit == u])
-        if not have:
-            continue
-        got = set(new_key[journal & (new_unit == u).to_numpy()])
-        if not have <= got:
-            rows = journal & (new_unit == u).to_numpy()
+        rows = journal & (new_unit == u).to_numpy()
+        got = set(new_key[rows])
+        if have and not have <= got:
             withhold |= rows
             what = ", ".join(f"{c}={v}" for c, v in zip(unit, u.split("\x1f"), strict=True))
             print(
@@ -112,7 +111,6 @@ def _withhold_unfinished_units(suite: str, new: pd.DataFrame, stored: pd.DataFra
                 f"{len(have)} rows, so its {int(rows.sum())} rows of it are not merged (one unit's rows come "
                 "from one run; the journal holds them)"
             )
-    withhold = withhold.to_numpy().copy()
     if not (journal & ~withhold).any():  # nothing of the cut run merged: its ceilings neither
         withhold |= new["_journal"].to_numpy() & ceiling
     return new[~withhold]

@@ -211,17 +211,15 @@ def read_manifest(path: Path | str) -> dict[str, Any]:
     missing or unreadable."""
     folder = corpus_dir(path)
     mpath = folder / "manifest.json"
+    build = rebuild_here(DEFAULT_REBUILD, folder)
     if not mpath.exists():
-        build = rebuild_here(DEFAULT_REBUILD, folder)
         raise DataError(f"no token corpus at {folder} (manifest.json is missing); build it with: {build}")
     try:
         manifest = json.loads(mpath.read_text())
     except (OSError, ValueError) as exc:
-        raise DataError(
-            f"{mpath} is unreadable ({exc}); rebuild it with: {rebuild_here(DEFAULT_REBUILD, folder)}"
-        ) from None
+        raise DataError(f"{mpath} is unreadable ({exc}); rebuild it with: {build}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise DataError(f"{mpath} is not a {FORMAT} manifest; rebuild it with: {rebuild_here(DEFAULT_REBUILD, folder)}")
+        raise DataError(f"{mpath} is not a {FORMAT} manifest; rebuild it with: {build}")
     return manifest
 
 
