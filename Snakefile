@@ -98,3 +98,13 @@ rule dashboard:
         "workflow/envs/repro.yaml"
     shell:
         "{params.python} -m repro dashboard --out site 2>&1 | tee {log}"
+
+
+rule unknown_target:
+    """Any other bare word: an error that lists the targets (see unknown_target in common.smk)."""
+    input:
+        unknown_target,
+    output:
+        "{target}",
+    wildcard_constraints:
+        target="[A-Za-z][A-Za-z0-9_-]*",

@@ -163,6 +163,22 @@ def test_alias_rules_are_the_suite_list():
     assert set(SUITES) <= rules and {"all", "dashboard"} <= rules
 
 
+def test_unknown_target_names_the_close_ones_and_every_target():
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "figur3"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-2000:]
+    assert "unknown target 'figur3'. Did you mean figure3" in out, out[-2000:]
+    assert "table8" in out and "dashboard" in out  # the list of targets
+
+
 INFO = '{"conda_version": "24.7.1", "root_prefix": "/x", "conda_prefix": "/x", "envs_dirs": [], "platform": "linux-64"}'
 FAKE_CONDA = f"""#!/bin/sh
 case "$*" in

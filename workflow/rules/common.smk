@@ -100,3 +100,20 @@ def dashboard_inputs(wildcards):
     files += [Path("results/reviews.csv"), Path("repro/dashboard.py"), Path("repro/dashboard_claims.py")]
     files += [Path("repro/staleness.py")]
     return sorted(str(f) for f in files if f.is_file())
+
+
+def unknown_target(wildcards):
+    """Fail while Snakemake plans, for a target that is neither a rule nor a path a rule makes
+    (``snakemake figur3``): name the close ones and every target (Snakemake's own "No rule to
+    produce figur3" lists none)."""
+    import difflib
+
+    from snakemake.exceptions import WorkflowError
+
+    targets = sorted(r.name for r in workflow.rules if not r.has_wildcards())
+    close = difflib.get_close_matches(wildcards.target, targets, n=3)
+    hint = f" Did you mean {' or '.join(close)}?" if close else ""
+    raise WorkflowError(
+        f"unknown target {wildcards.target!r}.{hint} Targets: {', '.join(targets)} "
+        "(snakemake --list-target-rules lists them; python -m repro list says what each suite rebuilds)."
+    )
