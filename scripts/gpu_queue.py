@@ -121,7 +121,7 @@ def serve(jobfile: Path) -> None:
             log.flush()
             proc = subprocess.Popen(["bash", "-c", job["cmd"]], stdout=log, stderr=subprocess.STDOUT, env=env)
             running[job["name"]] = (proc, gpus, time.time())
-            job.update(state="running", gpus_used=gpus, started=time.strftime("%H:%M:%S"))
+            job.update(state="running", gpus_used=gpus, started=time.strftime("%H:%M:%S"), started_at=time.time())
         _save(jobs)
         if not running and all(j["state"] != "pending" for j in jobs):
             return
@@ -140,8 +140,26 @@ def wait(seconds: float) -> int:
         if jobs and all(j["state"] in ("done", "skipped") for j in jobs):
             return 0
         if time.time() >= t_end:
+            for line in running_report(jobs):
+                print(time.strftime("%H:%M:%S"), line, flush=True)
             return 1
         time.sleep(5)
+
+
+def running_report(jobs: list[dict], now: float | None = None) -> list[str]:
+    """A line for each running job: how long it has run and how long its log has been quiet, so the
+    caller can tell a job near its end from one stuck (session 65 misread a job cut 8.5 min in as
+    one silent for 12 min: the wait's last line was the job's start)."""
+    now = time.time() if now is None else now
+    lines = []
+    for job in jobs:
+        if job.get("state") != "running":
+            continue
+        ran = f"{now - job['started_at']:.0f} s" if "started_at" in job else f"since {job.get('started', '?')}"
+        log = ROOT / "logs" / f"{job['name']}.log"
+        quiet = f", its log quiet for {now - log.stat().st_mtime:.0f} s" if log.exists() else ", no log yet"
+        lines.append(f"still running: {job['name']} for {ran}{quiet}")
+    return lines
 
 
 def pack(out: Path, paths: list[str]) -> None:

@@ -124,3 +124,22 @@ def test_bad_inbox_files_are_rejected_and_the_queue_goes_on(tmp_path):
     assert {n: j.get("rc") for n, j in status.items()} == {"long": 0, "next": 0, "late": 0}
     log = (tmp_path / ".persist/queue/queue.log").read_text()
     assert "rejected" in log and "a-typo.jobs" in log and "repeated: ['x']" in log and "already queued: ['long']" in log
+
+
+def test_a_wait_that_runs_out_says_how_long_each_running_job_ran_and_was_quiet(tmp_path):
+    """The wait's last lines give each running job's time so far and its log's quiet time: a call
+    that returns mid-job tells a job near its end from a stuck one."""
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("slow | 1 | echo begun; sleep 6\n")
+    env = dict(os.environ, GPU_QUEUE_GPUS="1")
+    run = dict(cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    try:
+        assert subprocess.run([sys.executable, str(SCRIPT), "start", str(jobs)], **run).returncode == 0
+        waited = subprocess.run([sys.executable, str(SCRIPT), "wait", "3"], **run)
+        assert waited.returncode == 1
+        last = waited.stdout.strip().splitlines()[-1]
+        assert "still running: slow for " in last and "its log quiet for " in last, waited.stdout
+        status = json.loads((tmp_path / ".persist/queue/status.json").read_text())
+        assert status[0]["started_at"] > 0
+    finally:  # let the queue end, so that no process outlives the test
+        subprocess.run([sys.executable, str(SCRIPT), "wait", "20"], **run)
