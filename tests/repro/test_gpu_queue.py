@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -135,11 +136,15 @@ def test_a_wait_that_runs_out_says_how_long_each_running_job_ran_and_was_quiet(t
     run = dict(cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     try:
         assert subprocess.run([sys.executable, str(SCRIPT), "start", str(jobs)], **run).returncode == 0
-        waited = subprocess.run([sys.executable, str(SCRIPT), "wait", "3"], **run)
+        status_file = tmp_path / ".persist/queue/status.json"
+        for _ in range(200):  # the detached queue starts the job (a loaded CI machine may take a while)
+            if status_file.exists() and "running" in status_file.read_text():
+                break
+            time.sleep(0.1)
+        waited = subprocess.run([sys.executable, str(SCRIPT), "wait", "1"], **run)
         assert waited.returncode == 1
         last = waited.stdout.strip().splitlines()[-1]
         assert "still running: slow for " in last and "its log quiet for " in last, waited.stdout
-        status = json.loads((tmp_path / ".persist/queue/status.json").read_text())
-        assert status[0]["started_at"] > 0
+        assert json.loads(status_file.read_text())[0]["started_at"] > 0
     finally:  # let the queue end, so that no process outlives the test
         subprocess.run([sys.executable, str(SCRIPT), "wait", "20"], **run)
