@@ -146,19 +146,15 @@ def wait(seconds: float) -> int:
         time.sleep(5)
 
 
-def running_report(jobs: list[dict], now: float | None = None) -> list[str]:
+def running_report(jobs: list[dict]) -> list[str]:
     """A line for each running job: how long it has run and how long its log has been quiet, so the
     caller can tell a job near its end from one stuck (session 65 misread a job cut 8.5 min in as
     one silent for 12 min: the wait's last line was the job's start)."""
-    now = time.time() if now is None else now
-    lines = []
-    for job in jobs:
-        if job.get("state") != "running":
-            continue
-        ran = f"{now - job['started_at']:.0f} s" if "started_at" in job else f"since {job.get('started', '?')}"
-        log = ROOT / "logs" / f"{job['name']}.log"
-        quiet = f", its log quiet for {now - log.stat().st_mtime:.0f} s" if log.exists() else ", no log yet"
-        lines.append(f"still running: {job['name']} for {ran}{quiet}")
+    now, lines = time.time(), []
+    for job in (j for j in jobs if j["state"] == "running"):
+        log = ROOT / "logs" / f"{job['name']}.log"  # serve writes it before it marks the job running
+        ran, quiet = now - job["started_at"], now - log.stat().st_mtime
+        lines.append(f"still running: {job['name']} for {ran:.0f} s, its log quiet for {quiet:.0f} s")
     return lines
 
 
