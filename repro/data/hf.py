@@ -71,9 +71,11 @@ def hf_corpus(
     tag = f"{name}/{config or 'default'}/{split}"
     # the documents' ids (which set their split) name a local folder by its own name, not by the path
     # typed: "./disk", "disk" and /abs/disk split alike, on any machine (the ids held the path, so a
-    # folder's split changed with where it lay, and test_hf_corpus_on_local_json failed 1 run in 10)
+    # folder's split changed with where it lay, and test_hf_corpus_on_local_json failed 1 run in 10);
+    # a hub name in lower case: the Hub resolves "Skylion007/openwebtext" and "skylion007/OpenWebText"
+    # to one dataset (repository names are unique regardless of case), so both must split alike
     where = Path(name)
-    id_tag = f"{where.resolve().name if where.exists() else name}/{config or 'default'}/{split}"
+    id_tag = f"{where.resolve().name if where.exists() else name.lower()}/{config or 'default'}/{split}"
 
     def docs() -> Iterator[Document]:
         for i, row in enumerate(ds):

@@ -811,3 +811,19 @@ def test_a_build_that_differs_from_its_summary_leaves_the_corpus_as_it_was(cache
     manifest = build_offline(out, ("brown", "shakespeare"), cache, **kw, accept=_expected_check(str(exp)))
     assert manifest["splits"] == read_manifest(corpus)["splits"]
     assert _expected_check(None) is None
+
+
+def test_a_hub_name_splits_alike_in_any_case(cache, tmp_path, monkeypatch):
+    """The Hub resolves a dataset name in any case to one dataset; its documents' ids hashed the name
+    as typed, so "Org/Name" and "org/name" put different documents in val."""
+    import repro.data.hf as hf
+
+    texts = [f"document {i}: " + " ".join(WORDS[i % 7 :]) for i in range(40)]
+    monkeypatch.setattr(hf, "_load", lambda *a: [{"text": t} for t in texts])
+    enc = _encoding(cache)
+    built = [
+        hf.hf_corpus(name, out=tmp_path / f"out{i}", val_fraction=0.3, encoding=enc)["splits"]
+        for i, name in enumerate(("Skylion007/openwebtext", "skylion007/OpenWebText"))
+    ]
+    assert built[0]["val"]["documents"] > 0
+    assert {k: v["sha256"] for k, v in built[1].items()} == {k: v["sha256"] for k, v in built[0].items()}
