@@ -399,6 +399,11 @@ def test_hf_corpus_on_local_json(cache, tmp_path):
         hf_corpus("json", data_files=str(tmp_path / "nowhere.jsonl"), out=tmp_path / "out4", encoding=enc)
 
 
+def _split_hashes(splits: dict) -> dict:
+    """Each split's token-file hash, from a manifest's ``splits``: equal when two builds split alike."""
+    return {k: v["sha256"] for k, v in splits.items()}
+
+
 def test_a_local_dataset_splits_alike_wherever_it_lies(cache, tmp_path, monkeypatch):
     """A save_to_disk folder's train/val split hashed the path as typed: the same folder typed as
     ./disk or /abs/disk, or copied to another machine, split differently."""
@@ -416,7 +421,7 @@ def test_a_local_dataset_splits_alike_wherever_it_lies(cache, tmp_path, monkeypa
     ]
     assert built[0]["val"]["documents"] > 0
     for other in built[1:]:
-        assert {k: v["sha256"] for k, v in other.items()} == {k: v["sha256"] for k, v in built[0].items()}
+        assert _split_hashes(other) == _split_hashes(built[0])
 
 
 def test_real_gpt2_tokenizer_from_cache():
@@ -826,4 +831,4 @@ def test_a_hub_name_splits_alike_in_any_case(cache, tmp_path, monkeypatch):
         for i, name in enumerate(("Skylion007/openwebtext", "skylion007/OpenWebText"))
     ]
     assert built[0]["val"]["documents"] > 0
-    assert {k: v["sha256"] for k, v in built[1].items()} == {k: v["sha256"] for k, v in built[0].items()}
+    assert _split_hashes(built[1]) == _split_hashes(built[0])
